@@ -1,0 +1,46 @@
+"""Greedy acceptance: the longest root-to-node path the target agrees with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .tree import DraftTree
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Result of verifying a tree greedily.
+
+    path:  node indices from the root to the last accepted node (root included)
+    bonus: the target's argmax at the last accepted node (the token after the path)
+    """
+
+    path: list[int]
+    bonus: int
+
+    @property
+    def accepted_drafts(self) -> int:
+        return len(self.path) - 1
+
+
+def accept_greedy(tree: DraftTree, argmax: np.ndarray) -> Acceptance:
+    """Accept the longest path whose every token equals the argmax at its parent.
+
+    ``argmax``: [N] int, the target's greedy next token after each node's path. Among
+    equally long accepted paths the first in node order wins.
+    """
+    tokens = tree.tokens.tolist()
+    parents = tree.parents.tolist()
+    best = argmax.tolist()
+    depths = tree.depths.tolist()
+    accepted = [True] + [False] * (len(tokens) - 1)
+    last = 0
+    for i in range(1, len(tokens)):
+        p = parents[i]
+        if accepted[p] and tokens[i] == best[p]:
+            accepted[i] = True
+            if depths[i] > depths[last]:
+                last = i
+    return Acceptance(path=tree.path(last), bonus=int(best[last]))

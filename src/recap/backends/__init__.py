@@ -1,0 +1,1 @@
+"""Adapters between the decode loop and model libraries."""

@@ -1,0 +1,90 @@
+"""Frozen, validated configuration of the drafters and the decode loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+
+FUSION_MODES = ("entropy", "fixed", "strict")
+WRITE_SCOPES = ("full-tree", "committed")
+DEFAULT_HIT_MASSES = (0.68, 0.63, 0.50, 0.43, 0.40, 0.38)
+FIXED_FUSION_WEIGHTS = (0.70, 0.20, 0.10, 0.05)
+
+
+@dataclass(frozen=True)
+class RecapConfig:
+    """Every knob of RECAP and of the baselines that share its decode loop.
+
+    RECAP: ``k`` candidates per memory row; ``key_orders`` the context lengths used as keys
+    (1 = the persistent token memory, 2/3 = request-local contextual memories); ``fusion``
+    how the rows found for a context are merged; ``specificity`` the prior weight of each
+    key order (orders 1, 2, 3) in entropy fusion; ``node_budget`` draft nodes per step (root
+    excluded), ``max_depth`` and ``max_width`` bound the tree; ``hit_masses`` the per-depth
+    factor of best-first scores (the last value repeats deeper); ``suffix_tokens`` the
+    length of the suffix-matched continuation grafted from the root (0 turns it off);
+    ``write_scope`` which verified nodes write rows; ``persistent`` whether the token memory
+    is kept across requests; ``seed_from_prefill`` whether prompt logits seed it.
+
+    Prompt lookup: ``pld_max_ngram`` / ``pld_min_ngram`` the n-gram sizes tried, longest
+    first, and ``pld_num_tokens`` the chain length drafted.
+    """
+
+    k: int = 8
+    key_orders: tuple[int, ...] = (1, 2, 3)
+    fusion: str = "entropy"
+    specificity: tuple[float, float, float] = (1.0, 2.0, 4.0)
+    node_budget: int = 63
+    max_depth: int = 10
+    max_width: int = 8
+    hit_masses: tuple[float, ...] = field(default=DEFAULT_HIT_MASSES)
+    suffix_tokens: int = 4
+    write_scope: str = "full-tree"
+    persistent: bool = True
+    seed_from_prefill: bool = True
+    pld_max_ngram: int = 3
+    pld_min_ngram: int = 1
+    pld_num_tokens: int = 10
+
+    def __post_init__(self) -> None:
+        def fail(name: str, why: str) -> None:
+            raise ValueError(f"RecapConfig.{name}={getattr(self, name)!r}: {why}")
+
+        if not 1 <= self.k <= 64:
+            fail("k", "must be between 1 and 64")
+        orders = tuple(self.key_orders)
+        if not orders or any(o not in (1, 2, 3) for o in orders) or len(set(orders)) != len(orders):
+            fail("key_orders", "must be a non-empty set of distinct orders among 1, 2, 3")
+        object.__setattr__(self, "key_orders", tuple(sorted(orders)))
+        if self.fusion not in FUSION_MODES:
+            fail("fusion", f"choose one of {', '.join(FUSION_MODES)}")
+        if len(self.specificity) != 3 or any(not s > 0 for s in self.specificity):
+            fail("specificity", "needs three positive weights, for key orders 1, 2, 3")
+        object.__setattr__(self, "specificity", tuple(float(s) for s in self.specificity))
+        if self.node_budget < 0:
+            fail("node_budget", "must be >= 0 (0 drafts nothing)")
+        if self.max_depth < 1:
+            fail("max_depth", "must be >= 1")
+        if not 1 <= self.max_width <= self.k:
+            fail("max_width", f"must be between 1 and k={self.k}")
+        masses = tuple(float(m) for m in self.hit_masses)
+        if not masses or any(not 0 < m <= 1 for m in masses):
+            fail("hit_masses", "needs at least one value in (0, 1]")
+        object.__setattr__(self, "hit_masses", masses)
+        if self.suffix_tokens < 0:
+            fail("suffix_tokens", "must be >= 0 (0 turns the suffix path off)")
+        if self.write_scope not in WRITE_SCOPES:
+            fail("write_scope", f"choose one of {', '.join(WRITE_SCOPES)}")
+        if not 1 <= self.pld_min_ngram <= self.pld_max_ngram:
+            fail("pld_min_ngram", "must satisfy 1 <= pld_min_ngram <= pld_max_ngram")
+        if self.pld_num_tokens < 1:
+            fail("pld_num_tokens", "must be >= 1")
+
+    def hit_mass(self, depth: int) -> float:
+        """The hit mass of a node at ``depth`` (>= 1); the last value repeats deeper."""
+        return self.hit_masses[min(depth, len(self.hit_masses)) - 1]
+
+    def replace(self, **changes: object) -> RecapConfig:
+        """A copy with ``changes`` applied (and validated)."""
+        unknown = set(changes) - {f.name for f in fields(self)}
+        if unknown:
+            raise ValueError(f"unknown RecapConfig fields: {sorted(unknown)}")
+        return replace(self, **changes)

@@ -1,0 +1,40 @@
+"""Drafting methods behind one protocol, and the factory that makes them by name."""
+
+from __future__ import annotations
+
+from ..config import RecapConfig
+from ..memory import TokenMemory
+from .base import Drafter, NoDrafter
+from .prompt_lookup import PromptLookupDrafter
+from .recap import RecapDrafter
+from .token_recycling import TokenRecyclingDrafter
+
+METHODS = ("recap", "token_recycling", "pld", "ar")
+PERSISTENT_METHODS = ("recap", "token_recycling")
+
+
+def make_drafter(method: str, config: RecapConfig, memory: TokenMemory | None, blocked: frozenset[int]) -> Drafter:
+    """The drafter of ``method``; ``memory`` is its persistent table (recap, token_recycling)."""
+    if method == "recap":
+        assert memory is not None
+        return RecapDrafter(config, memory, blocked)
+    if method == "token_recycling":
+        assert memory is not None
+        return TokenRecyclingDrafter(memory)
+    if method == "pld":
+        return PromptLookupDrafter(config.pld_max_ngram, config.pld_min_ngram, config.pld_num_tokens, blocked)
+    if method == "ar":
+        return NoDrafter()
+    raise ValueError(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
+
+
+__all__ = [
+    "METHODS",
+    "PERSISTENT_METHODS",
+    "Drafter",
+    "NoDrafter",
+    "PromptLookupDrafter",
+    "RecapDrafter",
+    "TokenRecyclingDrafter",
+    "make_drafter",
+]

@@ -1,0 +1,148 @@
+"""RECAP: recycled top-k predictions under 1-, 2- and 3-token keys, fused by
+entropy-confidence weighting, drafted as a best-first tree plus a suffix continuation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..accept import Acceptance
+from ..config import RecapConfig
+from ..fusion import Candidate, OrderedRow, fuse_rows
+from ..memory import ContextMemory, TokenMemory
+from ..suffix import SuffixIndex
+from ..topk import TopK
+from ..tree import DraftTree
+from ..tree_builder import build_tree
+
+
+def collapse_runs(tokens: Sequence[int], blocked: frozenset[int]) -> list[int]:
+    """``tokens`` with every run of one blocked token (an image's placeholders) kept once."""
+    out: list[int] = []
+    for t in tokens:
+        if t in blocked and out and out[-1] == t:
+            continue
+        out.append(t)
+    return out
+
+
+class RecapDrafter:
+    name = "recap"
+
+    def __init__(self, config: RecapConfig, memory: TokenMemory, blocked: frozenset[int] = frozenset()) -> None:
+        if memory.k < config.k:
+            raise ValueError(f"the token memory keeps k={memory.k} candidates but the config asks for k={config.k}")
+        self.config = config
+        self.memory = memory
+        self.blocked = blocked
+        self.context = {2: ContextMemory(2), 3: ContextMemory(3)}
+        self.suffix = SuffixIndex()
+        self._use = set(config.key_orders)
+        self._root_context: tuple[int, ...] = ()
+
+    # -- request lifecycle -------------------------------------------------------------
+    def prefill_positions(self, prompt_ids: Sequence[int]) -> list[int]:
+        """The first occurrence of each distinct text token of the prompt."""
+        if not (self.config.seed_from_prefill and 1 in self._use):
+            return []
+        seen: set[int] = set()
+        positions = []
+        for i, t in enumerate(prompt_ids):
+            if t not in seen and t not in self.blocked:
+                seen.add(t)
+                positions.append(i)
+        return positions
+
+    def begin(self, prompt_ids: Sequence[int], positions: Sequence[int], prompt_topk: TopK | None) -> None:
+        for memory in self.context.values():
+            memory.clear()
+        if not self.config.persistent:
+            self.memory.clear()
+        if prompt_topk is not None and len(positions):
+            keys = np.asarray(prompt_ids, dtype=np.int64)[np.asarray(positions)]
+            self.memory.write(keys, prompt_topk)
+        self.suffix = SuffixIndex()
+        self.suffix.extend(collapse_runs(prompt_ids, self.blocked))
+
+    def end(self) -> None:
+        for memory in self.context.values():
+            memory.clear()
+
+    # -- drafting ----------------------------------------------------------------------
+    def candidates(self, context: tuple[int, ...]) -> list[Candidate]:
+        """Fused candidates for a node whose last (up to 3) tokens are ``context``."""
+        rows: list[OrderedRow] = []
+        if 3 in self._use and len(context) == 3:
+            row = self.context[3].get(context)
+            if row is not None:
+                rows.append((3, *row))
+        if 2 in self._use and len(context) >= 2:
+            row = self.context[2].get(context[-2:])
+            if row is not None:
+                rows.append((2, *row))
+        if 1 in self._use:
+            row = self.memory.row(context[-1])
+            if row is not None:
+                rows.append((1, *row))
+        return fuse_rows(rows, self.config.fusion, self.config.specificity)
+
+    def propose(self, history: Sequence[int]) -> DraftTree:
+        cfg = self.config
+        self._root_context = tuple(history[-3:])
+        tree = build_tree(
+            self._root_context,
+            self.candidates,
+            budget=cfg.node_budget,
+            max_depth=cfg.max_depth,
+            max_width=cfg.max_width,
+            hit_mass=cfg.hit_mass,
+            blocked=self.blocked,
+        )
+        if cfg.suffix_tokens:
+            path = self.suffix.continuation(cfg.suffix_tokens)
+            for i, token in enumerate(path):
+                if token in self.blocked:
+                    path = path[:i]
+                    break
+            tree.graft(path)
+        return tree.freeze()
+
+    # -- learning ----------------------------------------------------------------------
+    def observe(self, tree: DraftTree, topk: TopK, acceptance: Acceptance, committed: Sequence[int]) -> None:
+        if self.config.write_scope == "committed":
+            nodes = np.asarray(acceptance.path, dtype=np.int64)
+        else:
+            nodes = np.arange(len(tree), dtype=np.int64)
+        tokens = tree.tokens
+        if 1 in self._use:
+            self.memory.write(tokens[nodes], topk, rows=nodes)
+        if self._use & {2, 3}:
+            self._write_context(tree, topk, nodes)
+        self.suffix.extend(collapse_runs(committed, self.blocked))
+
+    def _write_context(self, tree: DraftTree, topk: TopK, nodes: np.ndarray) -> None:
+        """Write each node's row under its last 2 and 3 tokens along its own path."""
+        tokens, parents = tree.tokens, tree.parents
+        ctx = self._root_context
+        prev1 = np.empty_like(tokens)
+        prev2 = np.empty_like(tokens)
+        prev1[0] = ctx[-2] if len(ctx) >= 2 else -1
+        prev2[0] = ctx[-3] if len(ctx) >= 3 else -1
+        prev1[1:] = tokens[parents[1:]]
+        prev2[1:] = prev1[parents[1:]]
+        blocked = self.blocked
+        ids, probs, kappa = topk.ids[nodes].tolist(), topk.probs[nodes].tolist(), topk.concentration()[nodes].tolist()
+        rows = list(zip(ids, probs, kappa))
+        t0, t1, t2 = tokens[nodes].tolist(), prev1[nodes].tolist(), prev2[nodes].tolist()
+        for order, memory in self.context.items():
+            if order not in self._use:
+                continue
+            keys, kept = [], []
+            for j, (a, b, c) in enumerate(zip(t2, t1, t0)):
+                key = (b, c) if order == 2 else (a, b, c)
+                if key[0] < 0 or (blocked and any(t in blocked for t in key)):
+                    continue
+                keys.append(key)
+                kept.append(rows[j])
+            memory.write_many(keys, kept)

@@ -1,0 +1,45 @@
+"""Top-k predictions of the target at verified positions, on the host."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TopK:
+    """The target's k most likely next tokens at N positions.
+
+    ids:   [N, k] int64, best first
+    probs: [N, k] float32, full-vocabulary softmax probabilities of ``ids``
+    """
+
+    ids: np.ndarray
+    probs: np.ndarray
+
+    def __post_init__(self) -> None:
+        if self.ids.shape != self.probs.shape or self.ids.ndim != 2:
+            raise ValueError(f"TopK ids {self.ids.shape} and probs {self.probs.shape} must both be [N, k]")
+
+    def __len__(self) -> int:
+        return self.ids.shape[0]
+
+    @property
+    def k(self) -> int:
+        return self.ids.shape[1]
+
+    def concentration(self) -> np.ndarray:
+        """kappa = exp(-H) of each row, H the entropy of the k probabilities plus one
+        residual bucket holding the mass outside them. [N] float32, in (0, 1]."""
+        return row_concentration(self.probs)
+
+
+def row_concentration(probs: np.ndarray) -> np.ndarray:
+    """exp(-entropy) of rows of probabilities [N, k] completed by a residual bucket. [N]"""
+    p = np.clip(probs.astype(np.float64, copy=False), 0.0, 1.0)
+    residual = np.clip(1.0 - p.sum(axis=1), 0.0, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        h = -np.where(p > 0, p * np.log(p), 0.0).sum(axis=1)
+        h -= np.where(residual > 0, residual * np.log(residual), 0.0)
+    return np.exp(-h).astype(np.float32)

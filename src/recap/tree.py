@@ -1,0 +1,83 @@
+"""The one draft-tree type shared by drafters, backends and tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+
+
+class Source(IntEnum):
+    """Where a draft node came from (for statistics)."""
+
+    ROOT = 0
+    ORDER1 = 1  # the persistent token memory (1-token key)
+    ORDER2 = 2  # the request-local 2-token memory
+    ORDER3 = 3  # the request-local 3-token memory
+    SUFFIX = 4  # the suffix-matched continuation
+    TEMPLATE = 5  # Token Recycling's static template
+    NGRAM = 6  # prompt lookup
+
+
+@dataclass(frozen=True)
+class DraftTree:
+    """A draft tree; node 0 is the root: the last committed token, not yet in the cache.
+
+    tokens:  [N] int64, token of each node
+    parents: [N] int64, parent index (-1 for the root), parents[i] < i
+    depths:  [N] int64, root depth 0
+    sources: [N] int8, ``Source`` of each node
+    """
+
+    tokens: np.ndarray
+    parents: np.ndarray
+    depths: np.ndarray
+    sources: np.ndarray
+
+    @staticmethod
+    def from_lists(tokens: list[int], parents: list[int], sources: list[int] | None = None) -> DraftTree:
+        """Build and validate a tree from plain lists (depths are derived)."""
+        n = len(tokens)
+        if n == 0 or len(parents) != n or parents[0] != -1:
+            raise ValueError("a DraftTree needs a root (parent -1) and one parent per node")
+        depths = [0] * n
+        for i in range(1, n):
+            p = parents[i]
+            if not 0 <= p < i:
+                raise ValueError(f"node {i} has parent {p}; parents must precede their children")
+            depths[i] = depths[p] + 1
+        if sources is None:
+            sources = [int(Source.ROOT)] * n
+        return DraftTree(
+            tokens=np.asarray(tokens, dtype=np.int64),
+            parents=np.asarray(parents, dtype=np.int64),
+            depths=np.asarray(depths, dtype=np.int64),
+            sources=np.asarray(sources, dtype=np.int8),
+        )
+
+    @staticmethod
+    def root_only(token: int) -> DraftTree:
+        return DraftTree.from_lists([token], [-1])
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+    def ancestor_mask(self) -> np.ndarray:
+        """[N, N] bool: row i is True at i and at each ancestor of i (who node i may attend to)."""
+        n = len(self)
+        mask = np.zeros((n, n), dtype=bool)
+        mask[0, 0] = True
+        for depth in range(1, int(self.depths.max()) + 1):
+            rows = np.nonzero(self.depths == depth)[0]
+            mask[rows] = mask[self.parents[rows]]
+            mask[rows, rows] = True
+        return mask
+
+    def path(self, node: int) -> list[int]:
+        """Node indices from the root to ``node``, both included."""
+        out = []
+        while node >= 0:
+            out.append(node)
+            node = int(self.parents[node])
+        return out[::-1]
