@@ -35,8 +35,15 @@ from transformers import (
 )
 
 WORDS = [f"w{i}" for i in range(200)] + ["the", "a", "is", "of", "red", "blue", "one", "two", "image", "what"]
-QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
-                 "<|image_pad|>", "<|video_pad|>"]
+QWEN_SPECIALS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
 LLAVA_SPECIALS = ["<unk>", "<s>", "</s>", "<image>", "<pad>"]
 QWEN_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }} "
@@ -69,8 +76,14 @@ class _Qwen2VLProcessor(Qwen2VLProcessor):
         super().__init__(image_processor, tokenizer, None, chat_template=chat_template)
 
 
-TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=2048)
+TEXT = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=2048,
+)
 
 
 def _finish(model: torch.nn.Module, eos: int) -> torch.nn.Module:
@@ -85,21 +98,40 @@ def _qwen_vl(version: str):
     tok = _tokenizer(QWEN_SPECIALS, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token="<|endoftext|>")
     ids = {t: tok.convert_tokens_to_ids(t) for t in QWEN_SPECIALS}
     vocab = len(tok)
-    text = dict(TEXT, vocab_size=vocab, bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
-                rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
-                                                         "mrope_section": [2, 3, 3]})
-    special = dict(image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-                   vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"])
-    image_processor = Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=112 * 112, patch_size=14,
-                                               merge_size=2, temporal_patch_size=2)
+    text = dict(
+        TEXT,
+        vocab_size=vocab,
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|im_end|>"],
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+    )
+    special = dict(
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+    )
+    image_processor = Qwen2VLImageProcessorPil(
+        min_pixels=56 * 56, max_pixels=112 * 112, patch_size=14, merge_size=2, temporal_patch_size=2
+    )
     if version == "2.5":
-        vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
-                      fullatt_block_indexes=[1], window_size=56, patch_size=14, spatial_merge_size=2)
+        vision = dict(
+            depth=2,
+            hidden_size=32,
+            intermediate_size=64,
+            num_heads=2,
+            out_hidden_size=64,
+            fullatt_block_indexes=[1],
+            window_size=56,
+            patch_size=14,
+            spatial_merge_size=2,
+        )
         config = Qwen2_5_VLConfig(text_config=text, vision_config=vision, **special)
         cls, proc_cls = Qwen2_5_VLForConditionalGeneration, _QwenVLProcessor
     else:
-        vision = dict(depth=2, embed_dim=32, hidden_size=64, mlp_ratio=2, num_heads=2, patch_size=14,
-                      spatial_merge_size=2)
+        vision = dict(
+            depth=2, embed_dim=32, hidden_size=64, mlp_ratio=2, num_heads=2, patch_size=14, spatial_merge_size=2
+        )
         config = Qwen2VLConfig(text_config=text, vision_config=vision, **special)
         cls, proc_cls = Qwen2VLForConditionalGeneration, _Qwen2VLProcessor
     config._attn_implementation = "sdpa"
@@ -110,17 +142,39 @@ def _qwen_vl(version: str):
 
 
 def _llava(next_: bool):
-    tok = _tokenizer(LLAVA_SPECIALS, eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
-                     bos_token="<s>", extra_special_tokens={"image_token": "<image>"})
+    tok = _tokenizer(
+        LLAVA_SPECIALS,
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        bos_token="<s>",
+        extra_special_tokens={"image_token": "<image>"},
+    )
     image_id = tok.convert_tokens_to_ids("<image>")
     text = dict(TEXT, vocab_size=len(tok), model_type="llama")
-    vision = dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                  num_attention_heads=2, image_size=28, patch_size=14, projection_dim=32)
+    vision = dict(
+        model_type="clip_vision_model",
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        image_size=28,
+        patch_size=14,
+        projection_dim=32,
+    )
     if next_:
-        config = LlavaNextConfig(text_config=text, vision_config=vision, image_token_index=image_id,
-                                 image_grid_pinpoints=[[28, 56], [56, 28], [56, 56]], image_seq_length=4)
-        image_processor = LlavaNextImageProcessorPil(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28},
-                                                     image_grid_pinpoints=[[28, 56], [56, 28], [56, 56]])
+        config = LlavaNextConfig(
+            text_config=text,
+            vision_config=vision,
+            image_token_index=image_id,
+            image_grid_pinpoints=[[28, 56], [56, 28], [56, 56]],
+            image_seq_length=4,
+        )
+        image_processor = LlavaNextImageProcessorPil(
+            size={"shortest_edge": 28},
+            crop_size={"height": 28, "width": 28},
+            image_grid_pinpoints=[[28, 56], [56, 28], [56, 56]],
+        )
         cls, proc_cls = LlavaNextForConditionalGeneration, LlavaNextProcessor
     else:
         config = LlavaConfig(text_config=text, vision_config=vision, image_token_index=image_id, image_seq_length=4)
@@ -129,9 +183,14 @@ def _llava(next_: bool):
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     model = cls(config)
-    processor = proc_cls(image_processor=image_processor, tokenizer=tok, patch_size=14,
-                         vision_feature_select_strategy="default", chat_template=LLAVA_TEMPLATE,
-                         num_additional_image_tokens=1)
+    processor = proc_cls(
+        image_processor=image_processor,
+        tokenizer=tok,
+        patch_size=14,
+        vision_feature_select_strategy="default",
+        chat_template=LLAVA_TEMPLATE,
+        num_additional_image_tokens=1,
+    )
     return _finish(model, tok.convert_tokens_to_ids("</s>")), processor
 
 

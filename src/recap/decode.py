@@ -75,7 +75,9 @@ def _check_generation(model: torch.nn.Module, do_sample: bool, num_beams: int) -
             "top_p and top_k have no effect. Call with do_sample=False (the default)."
         )
     if num_beams != 1:
-        raise UnsupportedGenerationError(f"num_beams={num_beams} is not supported: recap decodes greedily (num_beams=1).")
+        raise UnsupportedGenerationError(
+            f"num_beams={num_beams} is not supported: recap decodes greedily (num_beams=1)."
+        )
     config = getattr(model, "generation_config", None)
     for name, neutral in _GREEDY_CHANGING.items():
         value = getattr(config, name, neutral)
@@ -89,7 +91,9 @@ def _check_generation(model: torch.nn.Module, do_sample: bool, num_beams: int) -
 
 def _check_inputs(inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
     if not isinstance(inputs, Mapping) or "input_ids" not in inputs:
-        raise InputError("inputs must be the mapping a processor or tokenizer returns (with input_ids), return_tensors='pt'")
+        raise InputError(
+            "inputs must be the mapping a processor or tokenizer returns (with input_ids), return_tensors='pt'"
+        )
     input_ids = inputs["input_ids"]
     if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2:
         raise InputError("input_ids must be a [1, L] tensor: call the processor with return_tensors='pt'")

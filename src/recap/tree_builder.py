@@ -95,9 +95,9 @@ def build_tree(
         if depth > max_depth:
             return
         token, path_edges = tree.tokens[node], edges[node]
-        found = [
-            c for c in candidates(contexts[node]) if c[0] not in blocked and (token, c[0]) not in path_edges
-        ][:max_width]
+        found = [c for c in candidates(contexts[node]) if c[0] not in blocked and (token, c[0]) not in path_edges][
+            :max_width
+        ]
         options[node] = found
         if found:
             counter += 1

@@ -101,7 +101,9 @@ class HFTarget:
     def prefill(self, inputs: Mapping[str, torch.Tensor], positions: Sequence[int]) -> tuple[int, TopK | None]:
         """Run the prompt (and images); return the first new token and the top-k at
         ``positions`` of the prompt (None if no positions were asked for)."""
-        inputs = {key: value.to(self.device) if isinstance(value, torch.Tensor) else value for key, value in inputs.items()}
+        inputs = {
+            key: value.to(self.device) if isinstance(value, torch.Tensor) else value for key, value in inputs.items()
+        }
         length = int(inputs["input_ids"].shape[1])
         keep = torch.tensor([*positions, length - 1], device=self.device) if positions else 1
         with torch.inference_mode(), _prefill_lock(self.model):

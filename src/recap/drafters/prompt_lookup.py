@@ -29,7 +29,9 @@ def lookup_continuation(history: np.ndarray, max_ngram: int, min_ngram: int, num
 class PromptLookupDrafter:
     name = "pld"
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_tokens: int = 10, blocked: frozenset[int] = frozenset()) -> None:
+    def __init__(
+        self, max_ngram: int = 3, min_ngram: int = 1, num_tokens: int = 10, blocked: frozenset[int] = frozenset()
+    ) -> None:
         self.max_ngram, self.min_ngram, self.num_tokens = max_ngram, min_ngram, num_tokens
         self.blocked = blocked
 
@@ -40,7 +42,9 @@ class PromptLookupDrafter:
         pass
 
     def propose(self, history: Sequence[int]) -> DraftTree:
-        chain = lookup_continuation(np.asarray(history, dtype=np.int64), self.max_ngram, self.min_ngram, self.num_tokens)
+        chain = lookup_continuation(
+            np.asarray(history, dtype=np.int64), self.max_ngram, self.min_ngram, self.num_tokens
+        )
         for i, token in enumerate(chain):
             if token in self.blocked:
                 chain = chain[:i]
