@@ -11,6 +11,7 @@ from .errors import (
     UnsupportedModelError,
 )
 from .memory import ContextMemory, TokenMemory
+from .persist import load_memory, memory_info, save_memory, tokenizer_fingerprint
 from .stats import DecodeStats
 from .topk import TopK
 from .tree import DraftTree, Source
@@ -33,4 +34,8 @@ __all__ = [
     "UnsupportedModelError",
     "default_memory",
     "generate",
+    "load_memory",
+    "memory_info",
+    "save_memory",
+    "tokenizer_fingerprint",
 ]

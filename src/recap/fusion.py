@@ -5,29 +5,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .config import FIXED_FUSION_WEIGHTS
+from .memory import Row
 
-# (order, ids [k], probs [k], kappa); rows come highest key order first
-OrderedRow = tuple[int, list[int], list[float], float]
-Candidate = tuple[int, float, int]  # (token, fused probability q, order of the most specific row holding it)
+Fused = tuple[list[int], list[float], list[int]]  # tokens, fused q, key order of the most specific row holding each
 
 
-def fuse_rows(rows: Sequence[OrderedRow], mode: str, specificity: Sequence[float]) -> list[Candidate]:
-    """Merge rows into candidates sorted by fused probability q, best first.
+def fuse_rows(rows: Sequence[tuple[int, Row]], mode: str, specificity: Sequence[float]) -> Fused:
+    """Merge (order, row) pairs, highest order first, into candidates sorted by fused q.
 
     entropy: w_r = specificity[order_r - 1] * kappa_r
     fixed:   w_r = (0.70, 0.20, 0.10, 0.05)[position of r among the rows present]
     strict:  only the most specific row
-    q(t) = sum_r w_r p_r(t) / sum_r w_r
+    q(t) = sum_r w_r p_r(t) / sum_r w_r. A single row's lists are returned as they are
+    (shared: never mutate them).
     """
     if not rows:
-        return []
+        return [], [], []
     if mode == "strict" or len(rows) == 1:
-        order, ids, probs, _ = rows[0]
-        return [(t, p, order) for t, p in zip(ids, probs)]
+        order, (ids, probs, _) = rows[0]
+        return ids, probs, [order] * len(ids)
     fused: dict[int, float] = {}
     source: dict[int, int] = {}
     total = 0.0
-    for position, (order, ids, probs, kappa) in enumerate(rows):
+    for position, (order, (ids, probs, kappa)) in enumerate(rows):
         if mode == "entropy":
             weight = specificity[order - 1] * kappa
         else:
@@ -41,5 +41,5 @@ def fuse_rows(rows: Sequence[OrderedRow], mode: str, specificity: Sequence[float
                 source[t] = order
     if total <= 0:
         total = 1.0
-    ranked = sorted(fused.items(), key=lambda item: -item[1])
-    return [(t, v / total, source[t]) for t, v in ranked]
+    ranked = sorted(fused, key=fused.__getitem__, reverse=True)
+    return ranked, [fused[t] / total for t in ranked], [source[t] for t in ranked]

@@ -7,6 +7,7 @@ full-vocabulary probabilities and the row's concentration kappa = exp(-entropy).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 
@@ -15,7 +16,7 @@ import numpy as np
 from .topk import TopK
 
 METHODS = ("recap", "token_recycling")
-Row = tuple[list[int], list[float], float]  # (ids [k], probs [k], kappa)
+Row = tuple[list[int], list[float], float]  # (ids [k] best first, probs [k], kappa); shared, never mutate
 
 
 class TokenMemory:
@@ -45,6 +46,7 @@ class TokenMemory:
         self.kappa = np.zeros(vocab_size, dtype=np.float32)
         self.filled = np.zeros(vocab_size, dtype=bool)
         self.lock = threading.Lock()
+        self._rows: dict[int, Row] = {}  # the filled rows as Python lists, for fast reads
 
     def __repr__(self) -> str:
         return (
@@ -61,11 +63,9 @@ class TokenMemory:
         return self.ids.nbytes + self.probs.nbytes + self.kappa.nbytes + self.filled.nbytes
 
     def row(self, token: int) -> Row | None:
-        """The row keyed by ``token``, or None if it was never written."""
-        with self.lock:
-            if not self.filled[token]:
-                return None
-            return self.ids[token].tolist(), self.probs[token].tolist(), float(self.kappa[token])
+        """The row keyed by ``token``, or None if it was never written. A row is replaced
+        whole by a write, so a reader sees it from before or after the write, never half."""
+        return self._rows.get(token)
 
     def write(self, keys: np.ndarray, topk: TopK, rows: np.ndarray | None = None) -> None:
         """Write ``topk`` rows (all, or those indexed by ``rows``) under ``keys`` [M].
@@ -83,12 +83,16 @@ class TokenMemory:
         keys, first = np.unique(keys, return_index=True)
         rows = rows[first]
         k = min(self.k, topk.k)
-        kappa = topk.concentration()[rows]
+        ids, probs, kappa = topk.ids[rows, :k], topk.probs[rows, :k], topk.concentration[rows]
         with self.lock:
-            self.ids[keys, :k] = topk.ids[rows, :k]
-            self.probs[keys, :k] = topk.probs[rows, :k]
+            if k < self.k:
+                self.ids[keys] = 0
+                self.probs[keys] = 0
+            self.ids[keys, :k] = ids
+            self.probs[keys, :k] = probs
             self.kappa[keys] = kappa
             self.filled[keys] = True
+            self._rows.update(zip(keys.tolist(), zip(ids.tolist(), probs.tolist(), kappa.tolist())))
 
     def clear(self) -> None:
         with self.lock:
@@ -96,12 +100,34 @@ class TokenMemory:
             self.probs[:] = 0
             self.kappa[:] = 0
             self.filled[:] = False
+            self._rows.clear()
 
     def copy(self) -> TokenMemory:
         out = TokenMemory(self.vocab_size, self.k, self.method, self.fingerprint)
         with self.lock:
             out.ids[:], out.probs[:], out.kappa[:], out.filled[:] = self.ids, self.probs, self.kappa, self.filled
+        out.sync_rows()
         return out
+
+    def sync_rows(self) -> None:
+        """Rebuild the readable rows from the arrays after they were set directly (a load)."""
+        with self.lock:
+            filled = np.nonzero(self.filled)[0]
+            rows = zip(self.ids[filled].tolist(), self.probs[filled].tolist(), self.kappa[filled].tolist())
+            self._rows = dict(zip(filled.tolist(), rows))
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write this memory to ``path`` atomically (see ``recap.persist.save_memory``)."""
+        from .persist import save_memory
+
+        save_memory(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, expected: object = None) -> TokenMemory:
+        """Read and validate a memory file (see ``recap.persist.load_memory``)."""
+        from .persist import load_memory
+
+        return load_memory(path, expected)
 
 
 class ContextMemory:
@@ -119,9 +145,7 @@ class ContextMemory:
 
     def write_many(self, keys: Sequence[tuple[int, ...]], rows: Sequence[Row]) -> None:
         """Write rows under keys; within one call the first occurrence of a key wins."""
-        store = self.rows
-        for key, row in zip(reversed(keys), reversed(rows)):
-            store[key] = row
+        self.rows.update(zip(reversed(keys), reversed(rows)))
 
     def clear(self) -> None:
         self.rows.clear()

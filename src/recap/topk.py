@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -29,6 +30,7 @@ class TopK:
     def k(self) -> int:
         return self.ids.shape[1]
 
+    @cached_property
     def concentration(self) -> np.ndarray:
         """kappa = exp(-H) of each row, H the entropy of the k probabilities plus one
         residual bucket holding the mass outside them. [N] float32, in (0, 1]."""
@@ -37,9 +39,7 @@ class TopK:
 
 def row_concentration(probs: np.ndarray) -> np.ndarray:
     """exp(-entropy) of rows of probabilities [N, k] completed by a residual bucket. [N]"""
-    p = np.clip(probs.astype(np.float64, copy=False), 0.0, 1.0)
-    residual = np.clip(1.0 - p.sum(axis=1), 0.0, 1.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        h = -np.where(p > 0, p * np.log(p), 0.0).sum(axis=1)
-        h -= np.where(residual > 0, residual * np.log(residual), 0.0)
-    return np.exp(-h).astype(np.float32)
+    p = np.clip(probs, 1e-30, 1.0, dtype=np.float32)
+    residual = np.clip(1.0 - p.sum(axis=1), 1e-30, 1.0)
+    entropy = -(p * np.log(p)).sum(axis=1) - residual * np.log(residual)
+    return np.exp(-entropy).astype(np.float32, copy=False)

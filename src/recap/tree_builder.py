@@ -5,10 +5,11 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 
-from .fusion import Candidate
+from .fusion import Fused
 from .tree import DraftTree, Source
 
-CandidateFn = Callable[[tuple[int, ...]], Sequence[Candidate]]
+CandidateFn = Callable[[tuple[int, ...]], Fused]
+Candidate = tuple[int, float, int]  # token, q, source
 
 
 class TreeLists:
@@ -77,8 +78,9 @@ def build_tree(
     ctx the node's last <= 3 tokens. Up to ``budget`` nodes besides the root are added, the
     highest score first; each node has at most ``max_width`` children and depth <=
     ``max_depth``. Skipped: tokens in ``blocked`` and an edge (a -> b) already on the path.
-    Siblings are pushed lazily (the next one when the previous is taken), so the heap
-    stays small. Returns the tree in depth-first layout.
+    Work is lazy: a node's candidates are fetched only when its best possible child could
+    still make the budget, and a sibling is offered only when the previous one is taken.
+    Returns the tree in depth-first layout.
     """
     tree = TreeLists(root_context[-1])
     contexts = [tuple(root_context[-3:])]
@@ -86,26 +88,32 @@ def build_tree(
     depths = [0]
     scores = [1.0]
     options: list[list[Candidate]] = [[]]
-    heap: list[tuple[float, int, int, int]] = []
+    # heap entries: (-score, tiebreak, parent, rank); rank -1 marks "expand parent", whose
+    # score is an upper bound (q <= 1) of its children's, so expansion waits until needed
+    heap: list[tuple[float, int, int, int]] = [(-hit_mass(1), 0, 0, -1)]
     counter = 0
 
-    def expand(node: int) -> None:
+    def push(parent: int, rank: int, q: float) -> None:
         nonlocal counter
-        depth = depths[node] + 1
-        if depth > max_depth:
-            return
-        token, path_edges = tree.tokens[node], edges[node]
-        found = [c for c in candidates(contexts[node]) if c[0] not in blocked and (token, c[0]) not in path_edges][
-            :max_width
-        ]
-        options[node] = found
-        if found:
-            counter += 1
-            heapq.heappush(heap, (-scores[node] * hit_mass(depth) * found[0][1], counter, node, 0))
+        counter += 1
+        heapq.heappush(heap, (-scores[parent] * hit_mass(depths[parent] + 1) * q, counter, parent, rank))
 
-    expand(0)
     while heap and len(tree.tokens) <= budget:
         neg_score, _, parent, rank = heapq.heappop(heap)
+        if rank < 0:  # expand: fetch the parent's candidates and offer its best child
+            token, path_edges = tree.tokens[parent], edges[parent]
+            found: list[Candidate] = []
+            for candidate in zip(*candidates(contexts[parent])):
+                t = candidate[0]
+                if t in blocked or (token, t) in path_edges:
+                    continue
+                found.append(candidate)
+                if len(found) == max_width:
+                    break
+            options[parent] = found
+            if found:
+                push(parent, 0, found[0][1])
+            continue
         token, _, source = options[parent][rank]
         node = tree.add(parent, token, source)
         contexts.append((contexts[parent] + (token,))[-3:])
@@ -115,8 +123,7 @@ def build_tree(
         options.append([])
         siblings = options[parent]
         if rank + 1 < len(siblings):
-            counter += 1
-            score = scores[parent] * hit_mass(depths[node]) * siblings[rank + 1][1]
-            heapq.heappush(heap, (-score, counter, parent, rank + 1))
-        expand(node)
+            push(parent, rank + 1, siblings[rank + 1][1])
+        if depths[node] < max_depth:
+            push(node, -1, 1.0)
     return tree.depth_first()

@@ -9,8 +9,8 @@ import numpy as np
 
 from ..accept import Acceptance
 from ..config import RecapConfig
-from ..fusion import Candidate, OrderedRow, fuse_rows
-from ..memory import ContextMemory, TokenMemory
+from ..fusion import Fused, fuse_rows
+from ..memory import ContextMemory, Row, TokenMemory
 from ..suffix import SuffixIndex
 from ..topk import TopK
 from ..tree import DraftTree
@@ -39,6 +39,7 @@ class RecapDrafter:
         self.context = {2: ContextMemory(2), 3: ContextMemory(3)}
         self.suffix = SuffixIndex()
         self._use = set(config.key_orders)
+        self._use1, self._use2, self._use3 = (o in self._use for o in (1, 2, 3))
         self._root_context: tuple[int, ...] = ()
 
     # -- request lifecycle -------------------------------------------------------------
@@ -70,21 +71,21 @@ class RecapDrafter:
             memory.clear()
 
     # -- drafting ----------------------------------------------------------------------
-    def candidates(self, context: tuple[int, ...]) -> list[Candidate]:
+    def candidates(self, context: tuple[int, ...]) -> Fused:
         """Fused candidates for a node whose last (up to 3) tokens are ``context``."""
-        rows: list[OrderedRow] = []
-        if 3 in self._use and len(context) == 3:
+        rows: list[tuple[int, Row]] = []
+        if self._use3 and len(context) == 3:
             row = self.context[3].get(context)
             if row is not None:
-                rows.append((3, *row))
-        if 2 in self._use and len(context) >= 2:
+                rows.append((3, row))
+        if self._use2 and len(context) >= 2:
             row = self.context[2].get(context[-2:])
             if row is not None:
-                rows.append((2, *row))
-        if 1 in self._use:
+                rows.append((2, row))
+        if self._use1:
             row = self.memory.row(context[-1])
             if row is not None:
-                rows.append((1, *row))
+                rows.append((1, row))
         return fuse_rows(rows, self.config.fusion, self.config.specificity)
 
     def propose(self, history: Sequence[int]) -> DraftTree:
@@ -131,18 +132,22 @@ class RecapDrafter:
         prev2[0] = ctx[-3] if len(ctx) >= 3 else -1
         prev1[1:] = tokens[parents[1:]]
         prev2[1:] = prev1[parents[1:]]
-        blocked = self.blocked
-        ids, probs, kappa = topk.ids[nodes].tolist(), topk.probs[nodes].tolist(), topk.concentration()[nodes].tolist()
-        rows = list(zip(ids, probs, kappa))
-        t0, t1, t2 = tokens[nodes].tolist(), prev1[nodes].tolist(), prev2[nodes].tolist()
-        for order, memory in self.context.items():
+        rows = list(zip(topk.ids[nodes].tolist(), topk.probs[nodes].tolist(), topk.concentration[nodes].tolist()))
+        t0, t1, t2 = tokens[nodes], prev1[nodes], prev2[nodes]
+        invalid1 = t1 < 0
+        if self.blocked:
+            blocked = np.fromiter(self.blocked, dtype=np.int64)
+            invalid1 |= np.isin(t1, blocked) | np.isin(t0, blocked)
+            invalid2 = invalid1 | (t2 < 0) | np.isin(t2, blocked)
+        else:
+            invalid2 = invalid1 | (t2 < 0)
+        for order, invalid, key_columns in ((2, invalid1, (t1, t0)), (3, invalid2, (t2, t1, t0))):
             if order not in self._use:
                 continue
-            keys, kept = [], []
-            for j, (a, b, c) in enumerate(zip(t2, t1, t0)):
-                key = (b, c) if order == 2 else (a, b, c)
-                if key[0] < 0 or (blocked and any(t in blocked for t in key)):
-                    continue
-                keys.append(key)
-                kept.append(rows[j])
-            memory.write_many(keys, kept)
+            keys = list(zip(*(column.tolist() for column in key_columns)))
+            kept = rows
+            if invalid.any():
+                valid = np.nonzero(~invalid)[0].tolist()
+                keys = [keys[j] for j in valid]
+                kept = [rows[j] for j in valid]
+            self.context[order].write_many(keys, kept)

@@ -1,0 +1,305 @@
+"""The model-free algorithm core against brute-force references."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from recap import DraftTree, RecapConfig, Source, TokenMemory, TopK
+from recap.accept import accept_greedy
+from recap.drafters import RecapDrafter
+from recap.drafters.prompt_lookup import lookup_continuation
+from recap.drafters.token_recycling import Template, TokenRecyclingDrafter
+from recap.fusion import fuse_rows
+from recap.suffix import SuffixIndex
+from recap.topk import row_concentration
+from recap.tree_builder import TreeLists, build_tree
+
+
+# -- suffix index ---------------------------------------------------------------------------
+def naive_continuation(text: list[int], n: int) -> list[int]:
+    """Longest suffix that also ends earlier; tokens after its first earlier occurrence."""
+    length = len(text)
+    for size in range(length - 1, 0, -1):
+        suffix = text[length - size :]
+        for end in range(size - 1, length - 1):
+            if text[end - size + 1 : end + 1] == suffix:
+                return text[end + 1 : end + 1 + n]
+    return []
+
+
+@pytest.mark.parametrize("alphabet", [2, 3, 5, 20])
+def test_suffix_index_matches_naive_search(alphabet: int) -> None:
+    rng = np.random.default_rng(alphabet)
+    for _ in range(40):
+        text = rng.integers(0, alphabet, size=int(rng.integers(1, 60))).tolist()
+        index = SuffixIndex()
+        for i, token in enumerate(text):
+            index.append(token)
+            assert index.continuation(4) == naive_continuation(text[: i + 1], 4), text[: i + 1]
+
+
+def test_suffix_index_examples() -> None:
+    index = SuffixIndex()
+    index.extend([1, 2, 3, 9, 1, 2])
+    assert index.longest_repeat() == (2, 1)
+    assert index.continuation(2) == [3, 9]
+    index.extend([7])
+    assert index.continuation(4) == []
+
+
+# -- acceptance ----------------------------------------------------------------------------
+def random_tree(rng: np.random.Generator, n: int, vocab: int) -> DraftTree:
+    parents = [-1] + [int(rng.integers(0, i)) for i in range(1, n)]
+    return DraftTree.from_lists(rng.integers(0, vocab, size=n).tolist(), parents)
+
+
+def test_accept_greedy_matches_checking_every_path() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        tree = random_tree(rng, int(rng.integers(1, 30)), vocab=3)
+        greedy = rng.integers(0, 3, size=len(tree))
+        best: list[int] = [0]
+        for node in range(len(tree)):
+            path = tree.path(node)
+            if all(tree.tokens[c] == greedy[p] for p, c in zip(path, path[1:])) and len(path) > len(best):
+                best = path
+        result = accept_greedy(tree, greedy)
+        assert result.path == best
+        assert result.bonus == greedy[best[-1]]
+
+
+# -- tree type -----------------------------------------------------------------------------
+def test_ancestor_mask_matches_paths() -> None:
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        tree = random_tree(rng, int(rng.integers(1, 40)), vocab=50)
+        mask = tree.ancestor_mask()
+        for i in range(len(tree)):
+            assert set(np.nonzero(mask[i])[0].tolist()) == set(tree.path(i))
+
+
+def test_draft_tree_rejects_bad_parents() -> None:
+    with pytest.raises(ValueError, match="parents must precede"):
+        DraftTree.from_lists([1, 2, 3], [-1, 2, 0])
+    with pytest.raises(ValueError, match="root"):
+        DraftTree.from_lists([1, 2], [0, 0])
+
+
+# -- fusion --------------------------------------------------------------------------------
+def row(ids: list[int], probs: list[float]) -> tuple[list[int], list[float], float]:
+    return ids, probs, float(row_concentration(np.asarray([probs], dtype=np.float32))[0])
+
+
+def test_concentration_formula() -> None:
+    probs = np.asarray([[0.5, 0.25, 0.0], [1.0, 0.0, 0.0]], dtype=np.float32)
+    entropy = -(0.5 * math.log(0.5) + 0.25 * math.log(0.25) + 0.25 * math.log(0.25))
+    assert row_concentration(probs) == pytest.approx([math.exp(-entropy), 1.0], rel=1e-5)
+
+
+def test_entropy_fusion_formula() -> None:
+    r3, r2, r1 = row([5, 6], [0.6, 0.1]), row([6, 7], [0.5, 0.4]), row([7, 5], [0.3, 0.2])
+    spec = (1.0, 2.0, 4.0)
+    tokens, q, sources = fuse_rows([(3, r3), (2, r2), (1, r1)], "entropy", spec)
+    w = {3: 4.0 * r3[2], 2: 2.0 * r2[2], 1: 1.0 * r1[2]}
+    total = sum(w.values())
+    expected = {
+        5: (w[3] * 0.6 + w[1] * 0.2) / total,
+        6: (w[3] * 0.1 + w[2] * 0.5) / total,
+        7: (w[2] * 0.4 + w[1] * 0.3) / total,
+    }
+    assert dict(zip(tokens, q)) == pytest.approx(expected)
+    assert q == sorted(q, reverse=True)
+    assert dict(zip(tokens, sources)) == {5: 3, 6: 3, 7: 2}
+
+
+def test_fixed_and_strict_fusion() -> None:
+    r2, r1 = row([1, 2], [0.9, 0.1]), row([2, 3], [0.8, 0.2])
+    tokens, q, _ = fuse_rows([(2, r2), (1, r1)], "fixed", (1, 2, 4))
+    expected = {1: 0.7 * 0.9 / 0.9, 2: (0.7 * 0.1 + 0.2 * 0.8) / 0.9, 3: 0.2 * 0.2 / 0.9}
+    assert dict(zip(tokens, q)) == pytest.approx(expected)
+    tokens, q, sources = fuse_rows([(2, r2), (1, r1)], "strict", (1, 2, 4))
+    assert (tokens, q, sources) == ([1, 2], [0.9, 0.1], [2, 2])
+    assert fuse_rows([], "entropy", (1, 2, 4)) == ([], [], [])
+
+
+# -- tree builder --------------------------------------------------------------------------
+def table_candidates(table: dict[int, list[tuple[int, float]]]):
+    """Candidates keyed by the last token only (order 1)."""
+
+    def candidates(context: tuple[int, ...]):
+        cands = table.get(context[-1], [])
+        return [t for t, _ in cands], [q for _, q in cands], [1] * len(cands)
+
+    return candidates
+
+
+def brute_force_best(table, root: int, budget: int, max_depth: int, width: int, hit_mass) -> list[tuple[int, ...]]:
+    """Every reachable node (as its token path) with its score; the `budget` best."""
+    scored = []
+    frontier = [((root,), 1.0, frozenset())]
+    while frontier:
+        path, score, edges = frontier.pop()
+        if len(path) - 1 >= max_depth:
+            continue
+        kept = [(t, q) for t, q in table.get(path[-1], []) if (path[-1], t) not in edges][:width]
+        for t, q in kept:
+            child_score = score * hit_mass(len(path)) * q
+            scored.append((child_score, path[1:] + (t,)))
+            frontier.append((path + (t,), child_score, edges | {(path[-1], t)}))
+    scored.sort(key=lambda item: -item[0])
+    return [p for _, p in scored[:budget]]
+
+
+def tree_paths(tree: DraftTree) -> list[tuple[int, ...]]:
+    return [tuple(tree.tokens[tree.path(i)[1:]].tolist()) for i in range(1, len(tree))]
+
+
+def test_build_tree_is_best_first_within_budget_depth_and_width() -> None:
+    rng = np.random.default_rng(2)
+    config = RecapConfig()
+    for trial in range(30):
+        vocab, width = 6, int(rng.integers(1, 4))
+        table = {}
+        for t in range(vocab):
+            ids = rng.permutation(vocab)[:3].tolist()
+            q = np.sort(rng.uniform(0.01, 1.0, 3))[::-1].tolist()
+            table[t] = list(zip(ids, q))
+        budget, depth = int(rng.integers(0, 25)), int(rng.integers(1, 6))
+        tree = build_tree((0,), table_candidates(table), budget=budget, max_depth=depth, max_width=width,
+                          hit_mass=config.hit_mass).freeze()
+        expected = brute_force_best(table, 0, budget, depth, width, config.hit_mass)
+        assert sorted(tree_paths(tree)) == sorted(expected), trial
+        assert len(tree) - 1 <= budget and int(tree.depths.max()) <= depth
+        assert max(np.bincount(tree.parents[1:] + 1, minlength=1).tolist() + [0]) <= max(width, 1)
+
+
+def test_build_tree_skip_rules_and_depth_first_layout() -> None:
+    # 1 -> 2 -> 1 -> 2 would reuse the edge (1, 2); 9 is blocked
+    table = {1: [(9, 0.9), (2, 0.8), (3, 0.1)], 2: [(1, 0.9)], 3: [], 9: [(1, 1.0)]}
+    tree = build_tree((1,), table_candidates(table), budget=10, max_depth=10, max_width=8,
+                      hit_mass=lambda d: 1.0, blocked={9}).freeze()
+    paths = tree_paths(tree)
+    assert (9,) not in paths
+    assert paths == [(2,), (2, 1), (2, 1, 3), (3,)]  # depth-first, best child first
+    assert (2, 1, 2) not in paths
+    assert tree.sources.tolist() == [Source.ROOT] + [1] * 4
+
+
+def test_graft_reuses_existing_nodes() -> None:
+    lists = TreeLists(5)
+    a = lists.add(0, 6, 1)
+    lists.add(a, 7, 1)
+    lists.graft([6, 8, 9])
+    tree = lists.freeze()
+    assert tree_paths(tree) == [(6,), (6, 7), (6, 8), (6, 8, 9)]
+    assert tree.sources.tolist() == [0, 1, 1, Source.SUFFIX, Source.SUFFIX]
+
+
+# -- memories and drafters -----------------------------------------------------------------
+def test_token_memory_first_occurrence_in_a_batch_latest_across_batches() -> None:
+    memory = TokenMemory(10, k=2)
+    topk = TopK(np.asarray([[1, 2], [3, 4], [5, 6]]), np.asarray([[0.5, 0.1], [0.6, 0.2], [0.7, 0.3]], np.float32))
+    memory.write(np.asarray([4, 4, 7]), topk)
+    assert memory.row(4)[0] == [1, 2] and memory.row(7)[0] == [5, 6] and memory.row(3) is None
+    memory.write(np.asarray([4]), topk, rows=np.asarray([1]))
+    assert memory.row(4)[0] == [3, 4]
+    assert memory.rows_filled == 2
+    memory.write(np.asarray([-1, 10]), topk, rows=np.asarray([0, 1]))  # out of range: ignored
+    assert memory.rows_filled == 2
+
+
+def make_topk(n: int, k: int = 8, offset: int = 100) -> TopK:
+    ids = np.arange(n * k).reshape(n, k) + offset
+    probs = np.tile(np.linspace(0.5, 0.01, k, dtype=np.float32), (n, 1))
+    return TopK(ids, probs)
+
+
+@pytest.mark.parametrize("scope", ["full-tree", "committed"])
+def test_recap_writes_every_key_order_per_scope(scope: str) -> None:
+    memory = TokenMemory(1000)
+    drafter = RecapDrafter(RecapConfig(write_scope=scope, suffix_tokens=0), memory)
+    drafter.begin([11, 12, 13], [], None)
+    tree = DraftTree.from_lists([13, 20, 21, 22], [-1, 0, 1, 0])
+    drafter._root_context = (11, 12, 13)
+    topk = make_topk(4)
+    accepted = accept_greedy(tree, np.asarray([20, 21, 99, 99]))
+    assert accepted.path == [0, 1, 2]
+    drafter.observe(tree, topk, accepted, [20, 21, 99])
+    nodes = [0, 1, 2, 3] if scope == "full-tree" else [0, 1, 2]
+    keys = {0: ((13,), (12, 13), (11, 12, 13)), 1: ((20,), (13, 20), (12, 13, 20)),
+            2: ((21,), (20, 21), (13, 20, 21)), 3: ((22,), (13, 22), (12, 13, 22))}
+    for node, (k1, k2, k3) in keys.items():
+        expected = topk.ids[node].tolist() if node in nodes else None
+        got1 = memory.row(k1[0])
+        assert (got1[0] if got1 else None) == expected
+        for order, key in ((2, k2), (3, k3)):
+            got = drafter.context[order].get(key)
+            assert (got[0] if got else None) == expected, (node, order)
+
+
+def test_recap_drafts_from_contextual_memory_and_never_drafts_blocked_tokens() -> None:
+    memory = TokenMemory(1000)
+    config = RecapConfig(suffix_tokens=0, node_budget=8)
+    drafter = RecapDrafter(config, memory, blocked=frozenset({500}))
+    drafter.begin([1, 2, 3], [], None)
+    # the 1-token memory says 3 -> 500 (blocked) or 7; the 3-token memory says (1,2,3) -> 9
+    memory.write(np.asarray([3]), TopK(np.asarray([[500, 7]]), np.asarray([[0.9, 0.05]], np.float32)))
+    drafter.context[3].write_many([(1, 2, 3)], [([9, 8], [0.8, 0.1], 0.5)])
+    tree = drafter.propose([1, 2, 3])
+    tokens = tree.tokens.tolist()
+    assert 500 not in tokens
+    assert tokens[1] == 9 and tree.sources[1] == Source.ORDER3
+
+
+def test_recap_config_validation_says_what_is_wrong() -> None:
+    with pytest.raises(ValueError, match="fusion"):
+        RecapConfig(fusion="mean")
+    with pytest.raises(ValueError, match="key_orders"):
+        RecapConfig(key_orders=(1, 4))
+    with pytest.raises(ValueError, match="max_width"):
+        RecapConfig(max_width=9)
+    assert RecapConfig(key_orders=(3, 1)).key_orders == (1, 3)
+    with pytest.raises(ValueError, match="unknown"):
+        RecapConfig().replace(budget=3)
+
+
+def test_token_recycling_template_and_drafts() -> None:
+    template = Template.default()
+    assert len(template.parents) == 81 and int(template.depths.max()) == 6
+    assert np.bincount(template.depths).tolist() == [1, 8, 21, 25, 15, 8, 3]
+    table = TokenMemory(50, k=8, method="token_recycling")
+    drafter = TokenRecyclingDrafter(table)
+    tree = drafter.propose([3])
+    assert len(tree) == 81 and set(tree.tokens[1:].tolist()) == {0}  # zero-initialised table
+    table.write(np.asarray([3]), TopK(np.arange(10, 18)[None], np.full((1, 8), 0.1, np.float32)))
+    tree = drafter.propose([3])
+    first = [i for i in range(len(tree)) if tree.depths[i] == 1]
+    assert tree.tokens[first].tolist() == list(range(10, 18))
+
+
+def test_prompt_lookup_matches_naive_search() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        history = rng.integers(0, 4, size=int(rng.integers(1, 30)))
+        got = lookup_continuation(history, 3, 1, 5)
+        expected: list[int] = []
+        h = history.tolist()
+        for n in range(min(3, len(h) - 1), 0, -1):
+            starts = [s for s in range(len(h) - n) if h[s : s + n] == h[-n:]]
+            if starts:
+                expected = h[starts[-1] + n : starts[-1] + n + 5]
+                break
+        assert got == expected
+
+
+def test_tree_sizes_respect_budget_with_real_drafter() -> None:
+    memory = TokenMemory(100)
+    rng = np.random.default_rng(4)
+    memory.write(np.arange(100), TopK(rng.integers(0, 100, (100, 8)), np.full((100, 8), 0.1, np.float32)))
+    for budget in (0, 1, 31, 63, 95):
+        drafter = RecapDrafter(RecapConfig(node_budget=budget, suffix_tokens=0), memory)
+        drafter.begin([1, 2], [], None)
+        assert len(drafter.propose([1, 2])) == budget + 1
