@@ -28,11 +28,14 @@ import random
 
 from .check import check_answer
 from .sample import Sample
+from .text import fix_articles
 
-__all__ = ["FAMILIES", "Sample", "check_answer", "corpus", "generate", "load", "sample_seed"]
+__all__ = ["FAMILIES", "LONG_FAMILIES", "Sample", "check_answer", "corpus", "generate", "load", "sample_seed"]
 
 FAMILIES: tuple[str, ...] = ("mmt", "seed", "science", "ocr", "chart", "math", "textvqa", "describe")
 LONG_FAMILIES: tuple[str, ...] = tuple(f for f in FAMILIES if f != "ocr")
+# family -> module (``math`` lives in ``arith`` so it never shadows the stdlib module)
+_MODULES = {f: f for f in FAMILIES} | {"math": "arith"}
 
 
 def _validate_family(family: str, allow_all: bool) -> None:
@@ -50,8 +53,9 @@ def sample_seed(family: str, seed: int, index: int) -> int:
 def generate(family: str, seed: int) -> Sample:
     """Regenerate one sample of ``family`` from its per-sample ``seed`` (``Sample.seed``)."""
     _validate_family(family, allow_all=False)
-    module = importlib.import_module(f"{__name__}.{family}")
+    module = importlib.import_module(f"{__name__}.{_MODULES[family]}")
     image, prompt, reference, check = module.generate(random.Random(seed))
+    prompt, reference = fix_articles(prompt), fix_articles(reference)
     return Sample(image=image, prompt=prompt, reference=reference, family=family, check=check, seed=seed)
 
 

@@ -26,7 +26,12 @@ _SIDE_RE = re.compile(r"\b(left|right)\b", re.IGNORECASE)
 _SIZE_CANON = {w: s for s, ws in SIZE_WORDS.items() for w in ws}
 _SIZE_RE = lexicon_regex(list(_SIZE_CANON))
 BINARY_FACTS = {
-    "attract": "repel", "repel": "attract", "float": "sink", "sink": "float", "day": "night", "night": "day",
+    "attract": "repel",
+    "repel": "attract",
+    "float": "sink",
+    "sink": "float",
+    "day": "night",
+    "night": "day",
 }
 _BINARY_RE = re.compile(r"\b(attract|repel|float|sink|day|night)", re.IGNORECASE)
 _LETTER_RES = (

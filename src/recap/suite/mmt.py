@@ -15,6 +15,7 @@ from .phrases import finish, tail
 from .render import render_scene
 from .scene import (
     ROW_WORDS,
+    SHAPES,
     Scene,
     describe_obj,
     generic,
@@ -56,7 +57,9 @@ def _count_shape(rng: random.Random) -> tuple[Scene, str, str, str]:
             f"Counting carefully, I find {nw} {noun}.",
             f"The answer is {nw}, because the image shows {nw} {noun}.",
         ),
-        n, si, group[0].ci,
+        n,
+        si,
+        group[0].ci,
     )
     k = group[0].ci + n
     if n == 1:
@@ -67,13 +70,15 @@ def _count_shape(rng: random.Random) -> tuple[Scene, str, str, str]:
                 f"It is {describe_obj(o, k, o.si, size=True)} placed {where(o, k)}.",
                 f"This single one is {size_word(o.size, k)} and {o.colour}, found {where(o, o.ci)}.",
             ),
-            o.ci, o.zi,
+            o.ci,
+            o.zi,
         )
     else:
         items = [f"{describe_obj(o, o.ci, k)} {where(o, o.cell)}" for o in group]
         lead_in = pick(
             ("They are", "Going from top to bottom, there is", "Specifically, the picture has", "Among them are"),
-            si, n,
+            si,
+            n,
         )
         detail = f"{lead_in} {join_and(items)}."
     others = t - n
@@ -87,7 +92,8 @@ def _count_shape(rng: random.Random) -> tuple[Scene, str, str, str]:
                     f"The remaining {ow} {generic(others != 1, si)} {be(others)} not {shape_word(shape, True, 0)}.",
                     f"The other {generic(others != 1, t, si)} in the picture {be(others)} different shapes.",
                 ),
-                t, si,
+                t,
+                si,
             )
         )
     return scene, prompt, finish([lead, detail], extra + tail(scene, None, t)), str(n)
@@ -118,7 +124,9 @@ def _count_colour(rng: random.Random) -> tuple[Scene, str, str, str]:
             f"{cap(nw)} of the {generic(True, ci)} {be(n)} {colour}.",
             f"Exactly {nw} {noun} in this picture {be(n)} {colour}.",
         ),
-        ci, n, group[0].si,
+        ci,
+        n,
+        group[0].si,
     )
     k = ci + 2 * n
     if n == 1:
@@ -129,7 +137,8 @@ def _count_colour(rng: random.Random) -> tuple[Scene, str, str, str]:
                 f"That one is {describe_obj(o, o.si, colour=False)}, and it sits {where(o, k)}.",
                 f"You can find it {where(o, k)}, where it forms {describe_obj(o, o.zi, colour=False)}.",
             ),
-            o.si, o.cell,
+            o.si,
+            o.cell,
         )
     else:
         items = [f"{describe_obj(o, o.si, k, colour=False)} {where(o, o.cell, k)}" for o in group]
@@ -145,7 +154,8 @@ def _count_colour(rng: random.Random) -> tuple[Scene, str, str, str]:
                     f"The rest of the picture uses {join_and(rest)}.",
                     f"No other {generic(False, ci)} shares this colour; the others are {join_and(rest)}.",
                 ),
-                ci, len(rest),
+                ci,
+                len(rest),
             )
         )
     return scene, prompt, finish([lead, detail], extra + tail(scene, None, t)), str(n)
@@ -174,12 +184,14 @@ def _count_total(rng: random.Random) -> tuple[Scene, str, str, str]:
             f"{cap(tw)} {noun} {be(t)} drawn on the {scene.bg} background.",
             f"Altogether there {be(t)} {tw} {noun} in this image.",
         ),
-        t, f.ci, scene.bi,
+        t,
+        f.ci,
+        scene.bi,
     )
     if t == 1:
         detail = f"It is {describe_obj(f, f.ci, f.si)} {where(f, f.cell)}."
     elif pick((0, 1), t, f.si):
-        shapes = sorted({o.shape for o in scene.objects}, key=lambda s: -len(scene.with_shape(s)))
+        shapes = sorted({o.shape for o in scene.objects}, key=lambda s: (-len(scene.with_shape(s)), SHAPES.index(s)))
         counts = [len(scene.with_shape(s)) for s in shapes]
         parts = [f"{num(c, True)} {shape_word(s, c != 1, t)}" for s, c in zip(shapes, counts, strict=True)]
         detail = pick(("By shape, there {} {}.", "Grouped by shape, the image has {1}."), t, f.ci).format(
@@ -223,7 +235,9 @@ def _colour_of(rng: random.Random) -> tuple[Scene, str, str, str]:
             f"That {sh} is coloured {o.colour}.",
             f"The colour of the {sh} is {o.colour}.",
         ),
-        o.ci, o.si, int(by_pos),
+        o.ci,
+        o.si,
+        int(by_pos),
     )
     size = pick(
         (
@@ -231,7 +245,8 @@ def _colour_of(rng: random.Random) -> tuple[Scene, str, str, str]:
             f"It is drawn fairly {size_word(o.size, o.ci)} {where(o, o.cell, o.zi)}.",
             f"The {size_word(o.size, o.si)} shape stands out against the {scene.bg} background.",
         ),
-        o.zi, o.cell,
+        o.zi,
+        o.cell,
     )
     return scene, prompt, finish([lead, size], tail(scene, o, o.ci + o.cell)), o.colour
 
@@ -239,8 +254,11 @@ def _colour_of(rng: random.Random) -> tuple[Scene, str, str, str]:
 def _side_of(rng: random.Random) -> tuple[Scene, str, str, str]:
     while True:
         scene = random_scene(rng, 1, 5)
-        cands = [o for o in scene.objects if o.col != 1 and sum(
-            p.shape == o.shape and p.colour == o.colour for p in scene.objects) == 1]
+        cands = [
+            o
+            for o in scene.objects
+            if o.col != 1 and sum(p.shape == o.shape and p.colour == o.colour for p in scene.objects) == 1
+        ]
         if cands:
             break
     o = rng.choice(cands)
@@ -263,7 +281,9 @@ def _side_of(rng: random.Random) -> tuple[Scene, str, str, str]:
             f"The {sh} sits toward the {side} edge.",
             f"Look to the {side}: that is where the {sh} is.",
         ),
-        o.ci, o.row, o.si,
+        o.ci,
+        o.row,
+        o.si,
     )
     vert = pick(
         (
@@ -271,7 +291,9 @@ def _side_of(rng: random.Random) -> tuple[Scene, str, str, str]:
             f"Vertically, it is placed {ROW_WORDS[o.row]} of the picture.",
             f"It is {size_word(o.size, o.ci)} and sits {ROW_WORDS[o.row]}.",
         ),
-        o.row, o.zi, o.ci,
+        o.row,
+        o.zi,
+        o.ci,
     )
     return scene, prompt, finish([lead, vert], tail(scene, o, o.si + o.row)), side
 
@@ -279,8 +301,9 @@ def _side_of(rng: random.Random) -> tuple[Scene, str, str, str]:
 def _size_of(rng: random.Random) -> tuple[Scene, str, str, str]:
     while True:
         scene = random_scene(rng, 2, 6)
-        cands = [o for o in scene.objects if sum(
-            p.shape == o.shape and p.colour == o.colour for p in scene.objects) == 1]
+        cands = [
+            o for o in scene.objects if sum(p.shape == o.shape and p.colour == o.colour for p in scene.objects) == 1
+        ]
         if cands:
             break
     o = rng.choice(cands)
@@ -303,7 +326,9 @@ def _size_of(rng: random.Random) -> tuple[Scene, str, str, str]:
             f"The {sh} looks {sz} compared with the others.",
             f"I would call the {sh} {sz}.",
         ),
-        o.si, o.ci, o.zi,
+        o.si,
+        o.ci,
+        o.zi,
     )
     big = sum(p.zi for p in scene.objects)
     small = len(scene.objects) - big
@@ -316,7 +341,9 @@ def _size_of(rng: random.Random) -> tuple[Scene, str, str, str]:
             f"It sits {where(o, o.ci)} and {room}.",
             f"{spot} {where(o, o.si)}.",
         ),
-        o.zi, big, o.cell,
+        o.zi,
+        big,
+        o.cell,
     )
     return scene, prompt, finish([lead, comp], tail(scene, o, o.cell)), o.size
 
@@ -342,7 +369,9 @@ def _shape_at(rng: random.Random) -> tuple[Scene, str, str, str]:
             f"That spot holds {with_article(sh)} in {o.colour}.",
             f"{cap(with_article(f'{sz} {sh}'))} is drawn there, and it is {o.colour}.",
         ),
-        o.si, o.ci, o.cell,
+        o.si,
+        o.ci,
+        o.cell,
     )
     return scene, prompt, finish([lead], tail(scene, o, o.ci, o.si)), o.shape
 

@@ -20,7 +20,8 @@ def tail(scene: Scene, target: Obj | None, *keys: int) -> list[str]:
                     f"The scene also includes {describe_obj(o, o.si, size=False)} {where(o, o.ci)}.",
                     f"Another shape worth noting is {describe_obj(o, o.zi, o.ci)}, placed {where(o, o.zi)}.",
                 ),
-                o.ci, o.cell,
+                o.ci,
+                o.cell,
             )
         )
     out.append(
@@ -31,7 +32,8 @@ def tail(scene: Scene, target: Obj | None, *keys: int) -> list[str]:
                 f"In total the {scene.bg} canvas holds {num(n, True)} {generic(n != 1, n)}.",
                 f"All {generic(True, scene.bi)} sit on a {scene.bg} background without any other detail.",
             ),
-            scene.bi, n,
+            scene.bi,
+            n,
         )
     )
     kinds = len({o.shape for o in scene.objects})
@@ -42,7 +44,9 @@ def tail(scene: Scene, target: Obj | None, *keys: int) -> list[str]:
                 f"The image uses {num(kinds, True)} different kind{'s' if kinds != 1 else ''} of shape.",
                 "Nothing else, such as text or lines, appears in the image.",
             ),
-            n, kinds, scene.bi,
+            n,
+            kinds,
+            scene.bi,
         )
     )
     return out

@@ -101,12 +101,12 @@ _AXIS = (30, 30, 30)
 
 
 def render_chart(chart: Chart) -> Image.Image:
-    """Draw a vertical (letter labels) or horizontal (word labels) bar chart."""
+    """Draw a vertical (letter labels below) or horizontal (word labels above bars) bar chart."""
     img, draw = canvas(BACKGROUNDS[chart.bg])
     n = len(chart.values)
     units = [v // chart.scale for v in chart.values]
     if not chart.horizontal:
-        x0, x1, y0, y1 = 14, 218, 46, 176
+        x0, x1, y0, y1 = 14, 218, 46, 172
         unit = (y1 - y0) / 10.0
         for k in range(2, 11, 2):
             yy = y1 - k * unit
@@ -121,27 +121,29 @@ def render_chart(chart: Chart) -> Image.Image:
             draw.rectangle((cx - bw / 2, top, cx + bw / 2, y1), fill=rgb, outline=darker(rgb), width=2)
             vs = fit_size(str(v), int(slot) - 2, 44)
             draw_text(draw, cx, top - 19, str(v), vs, _AXIS)
-            draw_text(draw, cx, y1 + 24, lab, 42, _AXIS)
+            draw_text(draw, cx, y1 + 22, lab, 42, _AXIS)
         draw.line((x0, y0 - 30, x0, y1), fill=_AXIS, width=2)
         draw.line((x0, y1, x1, y1), fill=_AXIS, width=2)
     else:
-        x0, y0, y1 = 92, 12, 212
+        x0, y0, y1 = 14, 4, 216
         val_w = max(text_width(str(v), MIN_TEXT) for v in chart.values)
-        x1 = 224 - 8 - val_w - 6
+        x1 = 224 - 6 - val_w - 6
         unit = (x1 - x0) / 10.0
         for k in range(2, 11, 2):
             xx = x0 + k * unit
             draw.line((xx, y0, xx, y1), fill=_GRID, width=1)
             draw.line((xx, y1, xx, y1 + 6), fill=_AXIS, width=2)
-        slot = (y1 - y0) / n
-        bh = min(44.0, slot * 0.62)
+        row = (y1 - y0) / n
+        bh = min(40.0, row - 42)
         for i, (u, v, lab) in enumerate(zip(units, chart.values, chart.labels, strict=True)):
-            cy = y0 + slot * (i + 0.5)
+            ry = y0 + row * i
+            top = ry + (row - bh - 36) / 2
+            ly, by = top + 16, top + 36
             right = x0 + u * unit
             rgb = COLOURS[chart.bar_colour(i)]
-            draw.rectangle((x0, cy - bh / 2, right, cy + bh / 2), fill=rgb, outline=darker(rgb), width=2)
-            draw.text((right + 5, cy), str(v), font=font(MIN_TEXT), fill=_AXIS, anchor="lm")
-            draw.text((x0 - 6, cy), lab, font=font(MIN_TEXT), fill=_AXIS, anchor="rm")
+            draw.text((x0 + 4, ly), lab, font=font(MIN_TEXT), fill=_AXIS, anchor="lm")
+            draw.rectangle((x0, by, right, by + bh), fill=rgb, outline=darker(rgb), width=2)
+            draw.text((right + 6, by + bh / 2), str(v), font=font(MIN_TEXT), fill=_AXIS, anchor="lm")
         draw.line((x0, y0, x0, y1), fill=_AXIS, width=2)
         draw.line((x0, y1, 218, y1), fill=_AXIS, width=2)
     return img

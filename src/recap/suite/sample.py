@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from PIL import Image
 
@@ -11,7 +11,7 @@ from PIL import Image
 class Sample:
     """One benchmark item: image, user prompt, reference answer and its checkable field."""
 
-    image: Image.Image
+    image: Image.Image = field(hash=False)  # compared by content, not hashed
     prompt: str
     reference: str
     family: str

@@ -44,7 +44,9 @@ SHAPE_SYNONYMS: dict[str, tuple[tuple[str, str], ...]] = {
     "star": (("star", "stars"), ("star shape", "star shapes"), ("five-pointed star", "five-pointed stars")),
     "diamond": (("diamond", "diamonds"), ("rhombus", "rhombuses"), ("diamond shape", "diamond shapes")),
     "hexagon": (
-        ("hexagon", "hexagons"), ("six-sided shape", "six-sided shapes"), ("hexagonal tile", "hexagonal tiles"),
+        ("hexagon", "hexagons"),
+        ("six-sided shape", "six-sided shapes"),
+        ("hexagonal tile", "hexagonal tiles"),
     ),
 }
 SHAPE_CORNERS = {"square": 4, "triangle": 3, "diamond": 4, "hexagon": 6, "star": 5}
@@ -55,9 +57,15 @@ SIZE_WORDS = {"small": ("small", "little", "tiny"), "large": ("large", "big")}
 # 3x3 grid cells, row-major.  Phrases never contain "left"/"right" unless the
 # cell is in that column (the side checker relies on it).
 CELL_NAMES = (
-    "top left", "top", "top right",
-    "left", "center", "right",
-    "bottom left", "bottom", "bottom right",
+    "top left",
+    "top",
+    "top right",
+    "left",
+    "center",
+    "right",
+    "bottom left",
+    "bottom",
+    "bottom right",
 )
 POSITION_PHRASES: tuple[tuple[str, ...], ...] = (
     ("in the top left corner", "at the upper left", "near the top-left corner"),
@@ -128,11 +136,6 @@ class Scene:
         vals = [getattr(o, key) for o in self.objects]
         return [o for o, v in zip(self.objects, vals, strict=True) if vals.count(v) == 1]
 
-    def features(self) -> tuple[int, int, int, int]:
-        """Small integer summary used to key scene-level wording."""
-        first = self.objects[0]
-        return (len(self.objects), first.ci, first.si, self.bi)
-
 
 def random_scene(
     rng: random.Random,
@@ -182,14 +185,6 @@ def where(obj: Obj, *keys: int) -> str:
     return pick(POSITION_PHRASES[obj.cell], *keys)
 
 
-def noun_phrase(obj: Obj, *keys: int, size: bool = False) -> str:
-    """``"red circle"`` / ``"big red disc"`` (no article)."""
-    noun = shape_word(obj.shape, False, *keys)
-    if size:
-        return f"{size_word(obj.size, *keys)} {obj.colour} {noun}"
-    return f"{obj.colour} {noun}"
-
-
 # --------------------------------------------------------------------------- charts
 
 LETTER_SETS = (("A", "B", "C", "D"), ("P", "Q", "R", "S"), ("W", "X", "Y", "Z"))
@@ -226,10 +221,10 @@ class Chart:
 
 
 def random_chart(rng: random.Random, distinct: bool = True) -> Chart:
-    """Draw a 2-4 bar chart; values are distinct when ``distinct``."""
-    horizontal = rng.random() < 0.35
+    """Draw a chart: 2-4 vertical letter-labelled bars or 2 horizontal word-labelled bars."""
+    horizontal = rng.random() < 0.3
     if horizontal:
-        n = rng.randint(2, 3)
+        n = 2
         labels = tuple(rng.sample(WORD_LABELS, n))
     else:
         n = rng.randint(2, 4)

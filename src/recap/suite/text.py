@@ -31,17 +31,29 @@ def pick(options: Sequence[T], *keys: int, salt: int = 0) -> T:
     return options[acc % len(options)]
 
 
-def flag(*keys: int, salt: int = 0) -> bool:
-    """A content-keyed yes/no switch (for optional clauses)."""
-    return bool(pick((False, True), *keys, salt=salt))
-
-
 # --------------------------------------------------------------------------- numbers
 
 _ONES = (
-    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
-    "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen",
-    "seventeen", "eighteen", "nineteen",
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
 )
 _TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
 
@@ -90,7 +102,8 @@ def cap(s: str) -> str:
 
 def article(word: str) -> str:
     """``"a"`` or ``"an"`` for the following word."""
-    return "an" if word[:1].lower() in "aeiou" else "a"
+    w = word.lower()
+    return "an" if w[:1] in "aeiou" and not w.startswith(("one", "uni", "use")) else "a"
 
 
 def with_article(phrase: str) -> str:
@@ -138,7 +151,7 @@ def sentences(*parts: str) -> str:
 
 def lexicon_regex(phrases: Sequence[str]) -> re.Pattern[str]:
     """A case-insensitive whole-word regex over phrases, longest first."""
-    alts = sorted(set(phrases), key=len, reverse=True)
+    alts = sorted(set(phrases), key=lambda a: (-len(a), a))
     return re.compile(r"\b(" + "|".join(re.escape(a) for a in alts) + r")\b", re.IGNORECASE)
 
 
@@ -151,3 +164,49 @@ def first_quoted(text: str) -> str | None:
 def norm(s: str) -> str:
     """Lower-case, collapse spaces, strip punctuation at the ends."""
     return " ".join(s.lower().split()).strip(".,;:!?'\" ")
+
+
+# --------------------------------------------------------------------------- synonyms
+
+LECTURE_SYNONYMS: dict[str, tuple[str, ...]] = {
+    "object": ("object", "item", "thing"),
+    "objects": ("objects", "items", "things"),
+    "usually": ("usually", "often", "normally"),
+    "matter": ("matter", "material", "stuff"),
+    "strongest": ("strongest", "most powerful"),
+    "invisible": ("invisible", "unseen", "hidden"),
+    "small": ("small", "little"),
+    "bright": ("bright", "sunny", "light"),
+    "lower": ("lower", "further down"),
+    "often": ("often", "usually", "sometimes"),
+    "tells": ("tells", "describes", "measures"),
+    "moves": ("moves", "goes"),
+    "spins": ("spins", "turns", "rotates"),
+    "everything": ("everything", "anything", "each object"),
+    "even": ("even", "still"),
+}
+_SYN_RE = re.compile(r"\b(" + "|".join(LECTURE_SYNONYMS) + r")\b")
+
+
+def vary_words(text: str, *keys: int) -> str:
+    """Swap listed words for synonyms, each occurrence chosen from ``keys`` and its position."""
+    count = [0]
+
+    def sub(m: re.Match[str]) -> str:
+        count[0] += 1
+        return pick(LECTURE_SYNONYMS[m.group(1)], *keys, salt=5 * count[0] + len(m.group(1)))
+
+    return fix_articles(_SYN_RE.sub(sub, text))
+
+
+_ART_RE = re.compile(r"\b(an?|An?) (?!is\b)([A-Za-z][\w-]*)")
+
+
+def fix_articles(text: str) -> str:
+    """Make ``a``/``an`` agree with the following word (``"A is ..."`` option letters are left alone)."""
+
+    def sub(m: re.Match[str]) -> str:
+        art = article(m.group(2))
+        return f"{cap(art) if m.group(1)[0] == 'A' else art} {m.group(2)}"
+
+    return _ART_RE.sub(sub, text)

@@ -1,0 +1,216 @@
+"""Train an embedded tiny VLM from scratch on the offline suite.
+
+    python -m recap.zoo.train --arch qwen2.5-vl --steps 3000 --out checkpoints/tiny-qwen2.5-vl
+
+Seeded and resumable: a checkpoint is written every ``--checkpoint-every`` steps and picked
+up again by the same command. The finished model (fp16 weights), its processor and a
+``training.json`` summary land in ``--out/final``; copy that folder into
+``src/recap/zoo/models/<name>`` to embed it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import suite
+from .build import ARCHS, make_model, make_processor, train_tokenizer
+
+TOKENIZER_SEED = 7001  # corpus the tokenizer is trained on
+TRAIN_SEED = 1001  # training samples; evaluation uses other seeds
+
+
+def sample_stream(seed: int, start: int):
+    """Training samples, round-robin over families, from sample number ``start`` on."""
+    families = suite.FAMILIES
+    index = start
+    while True:
+        family = families[index % len(families)]
+        yield suite.generate(family, suite.sample_seed(family, seed, index // len(families)))
+        index += 1
+
+
+def batch_stream(seed: int, start_batch: int, batch_size: int, pool: int = 4):
+    """Batches of samples; each run of ``pool`` batches is drawn together and grouped by
+    answer length, so little compute is spent on padding. Deterministic and resumable."""
+    first = (start_batch // pool) * pool
+    stream = sample_stream(seed, first * batch_size)
+    number = first
+    while True:
+        samples = sorted((next(stream) for _ in range(pool * batch_size)), key=lambda s: len(s.reference))
+        batches = [samples[i * batch_size : (i + 1) * batch_size] for i in range(pool)]
+        random.Random(seed * 7919 + number).shuffle(batches)
+        for batch in batches:
+            if number >= start_batch:
+                yield batch
+            number += 1
+
+
+def collate(samples: list[suite.Sample], processor: Any, arch: str) -> dict[str, torch.Tensor]:
+    """One padded batch: chat-templated prompt with the image, then the answer and EOS;
+    the loss sees only answer tokens. Prompt and answer are tokenized apart, so the
+    boundary is exactly the one generation starts from."""
+    tokenizer = processor.tokenizer
+    texts = [
+        processor.apply_chat_template(
+            [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": s.prompt}]}],
+            add_generation_prompt=True,
+        )
+        for s in samples
+    ]
+    prompts = processor(images=[s.image for s in samples], text=texts)
+    eos = tokenizer.eos_token_id
+    answers = [tokenizer(s.reference, add_special_tokens=False)["input_ids"] + [eos] for s in samples]
+    rows = [list(p) + a for p, a in zip(prompts["input_ids"], answers)]
+    width = max(len(r) for r in rows)
+    pad = tokenizer.pad_token_id
+    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (prompt, answer) in enumerate(zip(prompts["input_ids"], answers)):
+        n, m = len(prompt), len(answer)
+        input_ids[i, : n + m] = torch.tensor(list(prompt) + answer)
+        labels[i, n : n + m] = torch.tensor(answer)
+        attention[i, : n + m] = 1
+    batch = {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
+    if arch == "qwen2.5-vl":
+        types = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, t in enumerate(prompts["mm_token_type_ids"]):
+            types[i, : len(t)] = torch.tensor(t)
+        batch["mm_token_type_ids"] = types
+        batch["pixel_values"] = torch.as_tensor(np.asarray(prompts["pixel_values"]), dtype=torch.float32)
+        batch["image_grid_thw"] = torch.as_tensor(np.asarray(prompts["image_grid_thw"]))
+    else:
+        batch["pixel_values"] = torch.as_tensor(np.asarray(prompts["pixel_values"]), dtype=torch.float32)
+        batch["image_sizes"] = torch.as_tensor(np.asarray(prompts["image_sizes"]))
+    return batch
+
+
+def learning_rate(step: int, steps: int, peak: float, warmup: int) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Train an embedded tiny VLM from scratch on the offline suite.")
+    parser.add_argument("--arch", choices=ARCHS, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=1.5e-3)
+    parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: leave the default)")
+    parser.add_argument("--tokenizer-samples", type=int, default=2000, help="samples per family for the tokenizer")
+    parser.add_argument("--vocab-size", type=int, default=2048)
+    parser.add_argument("--checkpoint-every", type=int, default=200)
+    parser.add_argument("--log-every", type=int, default=20)
+    parser.add_argument("--no-bf16", action="store_true", help="train in float32 instead of bf16 autocast")
+    args = parser.parse_args(argv)
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    processor_dir = args.out / "processor"
+    if (processor_dir / "tokenizer.json").is_file():
+        from transformers import AutoProcessor
+
+        from .processors import register
+
+        register()
+        processor = AutoProcessor.from_pretrained(processor_dir)
+    else:
+        tokenizer = train_tokenizer(suite.corpus(args.tokenizer_samples, TOKENIZER_SEED), args.arch, args.vocab_size)
+        processor = make_processor(args.arch, tokenizer)
+        processor.save_pretrained(processor_dir)
+    model = make_model(args.arch, processor.tokenizer)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    checkpoint = args.out / "checkpoint.pt"
+    start, history, elapsed_before = 0, [], 0.0
+    if checkpoint.is_file():
+        state = torch.load(checkpoint, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"])
+        start, history, elapsed_before = state["step"], state["history"], state["elapsed"]
+        print(f"resumed from step {start}", flush=True)
+    parameters = sum(p.numel() for p in model.parameters())
+    print(f"{args.arch}: {parameters / 1e6:.2f}M parameters, vocab {len(processor.tokenizer)}", flush=True)
+
+    model.train()
+    batches = batch_stream(TRAIN_SEED, start, args.batch_size)
+    began, window = time.time(), []
+    for step in range(start, args.steps):
+        batch = collate(next(batches), processor, args.arch)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, args.steps, args.lr, args.warmup)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=not args.no_bf16):
+            loss = model(**batch).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        window.append(loss.item())
+        done = step + 1
+        if done % args.log_every == 0 or done == args.steps:
+            elapsed = elapsed_before + time.time() - began
+            mean = sum(window) / len(window)
+            history.append({"step": done, "loss": round(mean, 4), "minutes": round(elapsed / 60, 2)})
+            window = []
+            print(
+                f"step {done}/{args.steps} loss {mean:.4f} lr {optimizer.param_groups[0]['lr']:.2e} "
+                f"{elapsed / 60:.1f} min",
+                flush=True,
+            )
+        if done % args.checkpoint_every == 0 or done == args.steps:
+            state = {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "step": done,
+                "history": history,
+                "elapsed": elapsed_before + time.time() - began,
+            }
+            torch.save(state, checkpoint.with_suffix(".tmp"))
+            checkpoint.with_suffix(".tmp").replace(checkpoint)
+
+    final = args.out / "final"
+    model.eval()
+    model.to(torch.float16).save_pretrained(final)
+    processor.save_pretrained(final)
+    summary = {
+        "arch": args.arch,
+        "parameters": parameters,
+        "vocab_size": len(processor.tokenizer),
+        "steps": args.steps,
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "seed": args.seed,
+        "train_seed": TRAIN_SEED,
+        "tokenizer_seed": TOKENIZER_SEED,
+        "bf16_autocast": not args.no_bf16,
+        "threads": torch.get_num_threads(),
+        "minutes": round((elapsed_before + time.time() - began) / 60, 1),
+        "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads",
+        "loss_history": history,
+    }
+    (final / "training.json").write_text(json.dumps(summary, indent=1))
+    print(f"saved {final}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
