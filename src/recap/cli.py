@@ -33,22 +33,26 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def open_memory_file(path: Path | None, model, method: str, k: int):
-    """The memory in ``path`` (validated against the model) or a new one; None without a path."""
+def open_memory_file(path: Path | None, model, processor, method: str, k: int):
+    """The memory in ``path`` (validated against the model's vocabulary and the tokenizer's
+    fingerprint) or a new one if the file does not exist yet; None without a path."""
     if path is None:
         return None
     from .backends.hf import output_vocab_size
     from .memory import TokenMemory
-    from .persist import load_memory
+    from .persist import load_memory, tokenizer_fingerprint
 
     if method not in PERSISTENT_METHODS:
         fail(f"--memory-file needs a method with a persistent memory ({', '.join(PERSISTENT_METHODS)}), not {method}")
     if path.exists():
-        memory = load_memory(path, expected=model)
+        memory = load_memory(path, expected=processor)
+        vocab = output_vocab_size(model)
+        if memory.vocab_size != vocab:
+            fail(f"{path} covers a vocabulary of {memory.vocab_size} tokens but the model has {vocab}")
         if memory.method != method:
             fail(f"{path} holds a {memory.method} memory; use it with --method {memory.method} or pick another file")
         return memory
-    return TokenMemory(output_vocab_size(model), k=k, method=method)
+    return TokenMemory(output_vocab_size(model), k=k, method=method, fingerprint=tokenizer_fingerprint(processor))
 
 
 @app.command()
@@ -74,7 +78,7 @@ def generate(
     try:
         loaded, processor = load_model(model, device=device, dtype=dtype)
         config = RecapConfig()
-        memory = open_memory_file(memory_file, loaded, method, config.k if method == "recap" else 8)
+        memory = open_memory_file(memory_file, loaded, processor, method, config.k if method == "recap" else 8)
         inputs = build_inputs(processor, prompt, image)
         result = recap_generate(
             loaded, inputs, method=method, max_new_tokens=max_new_tokens, config=config, memory=memory

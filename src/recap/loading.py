@@ -60,6 +60,9 @@ def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto") -> 
     cls = AutoModelForImageTextToText if config.model_type in VLM_MODEL_TYPES else AutoModelForCausalLM
     model = cls.from_pretrained(name_or_path, dtype=resolve_dtype(dtype, torch_device), attn_implementation="sdpa")
     model = model.to(torch_device).eval()
+    from .zoo.processors import register
+
+    register()  # lets a saved tiny Qwen2.5-VL folder load its image-only processor
     try:
         processor = AutoProcessor.from_pretrained(name_or_path)
     except (OSError, ValueError, TypeError):

@@ -22,6 +22,9 @@ def load(name: str) -> tuple[Any, Any]:
     """(model, processor) of an embedded model, float32 on the CPU, sdpa attention."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
+    from .processors import register
+
+    register()
     folder = path(name)
     model = AutoModelForImageTextToText.from_pretrained(folder, dtype="float32", attn_implementation="sdpa").eval()
     processor = AutoProcessor.from_pretrained(folder)

@@ -1,0 +1,399 @@
+"""Token memories on disk: one safetensors file, written atomically, validated on read.
+
+File layout (format ``recap-memory``, version 1): tensors ``ids`` [vocab, k] int32,
+``probs`` [vocab, k] float32, ``kappa`` [vocab] float32 and ``filled`` [vocab] uint8 (0/1);
+the safetensors metadata key ``recap`` holds a JSON header with ``format``,
+``format_version``, ``method``, ``k``, ``vocab_size``, ``fingerprint``, ``rows_filled``,
+``created`` (ISO 8601, UTC) and ``recap_version``. Nothing is ever unpickled.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import stat
+import struct
+import tempfile
+from typing import Any
+
+import numpy as np
+import safetensors
+import safetensors.numpy
+
+from .errors import MemoryFileError
+from .memory import METHODS, TokenMemory
+
+FORMAT_NAME = "recap-memory"
+FORMAT_VERSION = 1
+METADATA_KEY = "recap"
+TENSORS = ("ids", "probs", "kappa", "filled")
+# safetensors dtype names of each tensor and the numpy dtype they load as
+_DTYPES = {
+    "ids": ("I32", np.int32),
+    "probs": ("F32", np.float32),
+    "kappa": ("F32", np.float32),
+    "filled": ("U8", np.uint8),
+}
+_HEADER_INTS = ("format_version", "k", "vocab_size", "rows_filled")
+_HEADER_STRS = ("format", "method", "fingerprint", "created", "recap_version")
+
+PathLike = str | os.PathLike
+
+
+class _Invalid(Exception):
+    """A problem with a file's content; becomes a ``MemoryFileError`` naming the file."""
+
+
+# -- fingerprints ---------------------------------------------------------------------------
+def _tokenizer_of(obj: Any) -> Any:
+    """The tokenizer of a processor, ``obj`` itself if it is a tokenizer, else None."""
+    inner = getattr(obj, "tokenizer", None)
+    if inner is not None and hasattr(inner, "get_vocab"):
+        return inner
+    return obj if hasattr(obj, "get_vocab") else None
+
+
+def tokenizer_fingerprint(obj: Any) -> str:
+    """sha256 hex digest identifying a vocabulary, stable across processes.
+
+    ``obj`` is a transformers tokenizer, a processor (its ``.tokenizer`` is used) or a model.
+    For a tokenizer the digest covers every (token, id) pair of its vocabulary, added and
+    special tokens included, sorted by id. A model carries no tokenizer, so for a model the
+    digest falls back to (``model_type``, output vocabulary size): it tells models of
+    different vocabulary sizes apart but not two tokenizers of the same size.
+    """
+    tokenizer = _tokenizer_of(obj)
+    if tokenizer is not None:
+        pairs = {str(token): int(index) for token, index in tokenizer.get_vocab().items()}
+        for index, added in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items():
+            pairs[str(getattr(added, "content", added))] = int(index)
+        items = sorted(pairs.items(), key=lambda item: (item[1], item[0]))
+        payload = json.dumps({"kind": "tokenizer-vocab", "pairs": items}, ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+    if hasattr(obj, "get_output_embeddings"):
+        from .backends.hf import output_vocab_size
+
+        model_type = getattr(getattr(obj, "config", None), "model_type", None)
+        payload = json.dumps({"kind": "model", "model_type": model_type, "vocab": output_vocab_size(obj)})
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+    raise TypeError(f"tokenizer_fingerprint needs a tokenizer, processor or model, got {type(obj).__name__}")
+
+
+# -- saving ---------------------------------------------------------------------------------
+def _snapshot(memory: TokenMemory) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Copies of the memory's arrays and its header, taken under its lock (one consistent state)."""
+    with memory.lock:
+        tensors = {
+            "ids": np.array(memory.ids, dtype=np.int32, copy=True),
+            "probs": np.array(memory.probs, dtype=np.float32, copy=True),
+            "kappa": np.array(memory.kappa, dtype=np.float32, copy=True),
+            "filled": np.array(memory.filled, dtype=np.uint8, copy=True),
+        }
+        method, k, vocab, fingerprint = memory.method, memory.k, memory.vocab_size, memory.fingerprint
+    from . import __version__
+
+    header = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "method": method,
+        "k": int(k),
+        "vocab_size": int(vocab),
+        "fingerprint": str(fingerprint or ""),
+        "rows_filled": int(tensors["filled"].sum()),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "recap_version": __version__,
+    }
+    return tensors, header
+
+
+def _fsync_dir(folder: str) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # e.g. Windows cannot open folders
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def save_memory(memory: TokenMemory, path: PathLike) -> None:
+    """Write ``memory`` to ``path`` atomically.
+
+    A consistent snapshot is taken under ``memory.lock`` (other threads may keep decoding);
+    it is written to a temporary file in the same folder, flushed and fsynced, renamed onto
+    ``path`` and the folder fsynced. A crash or kill at any point leaves the previous file
+    intact; an interrupted save may leave a hidden ``.<name>.*.tmp`` file behind, never a
+    partial ``path``. A memory that would not pass ``load_memory``'s checks is refused
+    with ``ValueError``. An existing file's permissions are kept; a new file gets 0o644.
+    """
+    if not isinstance(memory, TokenMemory):
+        raise TypeError(f"save_memory needs a recap.TokenMemory, got {type(memory).__name__}")
+    path = os.fspath(path)
+    tensors, header = _snapshot(memory)
+    try:
+        _check_content(header, tensors)
+    except _Invalid as e:
+        raise ValueError(f"refusing to save the memory to {path}: {e}") from None
+    data = safetensors.numpy.save(tensors, metadata={METADATA_KEY: json.dumps(header, sort_keys=True)})
+
+    folder, name = os.path.split(os.path.abspath(path))
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        mode = 0o644
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(folder)
+
+
+# -- loading --------------------------------------------------------------------------------
+def _read(path: str) -> bytes:
+    """The file's bytes, read through one descriptor (no mmap: a file changed underneath
+    cannot crash the reader)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    except FileNotFoundError:
+        raise _Invalid("does not exist") from None
+    except IsADirectoryError:
+        raise _Invalid("is not a regular file (a directory)") from None
+    except OSError as e:
+        raise _Invalid(f"cannot be opened ({e.strerror or e})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _Invalid("is not a regular file")
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 24)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as e:
+        raise _Invalid(f"cannot be read ({e.strerror or e})") from None
+    finally:
+        os.close(fd)
+
+
+def _parse(data: bytes) -> tuple[dict[str, Any], dict[str, tuple[str, list[int], bytes]]]:
+    """(recap header, {name: (dtype, shape, bytes)}) of a safetensors file's bytes."""
+    try:
+        entries = safetensors.deserialize(data)
+        (header_len,) = struct.unpack("<Q", data[:8])
+        raw = json.loads(data[8 : 8 + header_len].decode("utf-8"))
+        metadata = raw.get("__metadata__") if isinstance(raw, dict) else None
+        tensors = {str(name): (str(v["dtype"]), [int(s) for s in v["shape"]], v["data"]) for name, v in entries}
+    except Exception as e:
+        detail = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise _Invalid(f"is not a valid safetensors file (truncated or corrupted: {detail})") from None
+    if not isinstance(metadata, dict) or METADATA_KEY not in metadata:
+        raise _Invalid(f"has no recap header (safetensors metadata key {METADATA_KEY!r}); was it written by recap?")
+    try:
+        header = json.loads(metadata[METADATA_KEY])
+    except (TypeError, ValueError) as e:
+        raise _Invalid(f"has a malformed recap header (not JSON: {e})") from None
+    if not isinstance(header, dict):
+        kind = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}.get(type(header), "null")
+        raise _Invalid(f"has a malformed recap header (a JSON {kind}, expected an object)")
+    return header, tensors
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_header(header: dict[str, Any]) -> None:
+    if header.get("format") != FORMAT_NAME:
+        raise _Invalid(f"is not a recap memory file (format {_short(header.get('format'))}, expected {FORMAT_NAME!r})")
+    for name in _HEADER_INTS + _HEADER_STRS:
+        if name not in header:
+            raise _Invalid(f"has a malformed recap header (field {name!r} is missing)")
+    version = header["format_version"]
+    if version != FORMAT_VERSION or isinstance(version, bool):
+        raise _Invalid(
+            f"has unsupported format version {_short(version)}; this recap reads version {FORMAT_VERSION} "
+            "(upgrade recap, or re-create the memory)"
+        )
+    for name in _HEADER_INTS:
+        value = header[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise _Invalid(f"has a malformed recap header ({name!r} must be an integer >= 0, got {_short(value)})")
+    for name in _HEADER_STRS:
+        if not isinstance(header[name], str):
+            raise _Invalid(f"has a malformed recap header ({name!r} must be a string, got {_short(header[name])})")
+    if header["method"] not in METHODS:
+        raise _Invalid(f"has unknown method {_short(header['method'])} (expected one of {', '.join(METHODS)})")
+    if header["k"] < 1 or header["vocab_size"] < 1:
+        raise _Invalid(f"has a malformed recap header (k={header['k']}, vocab_size={header['vocab_size']}; need >= 1)")
+
+
+def _check_tensors(header: dict[str, Any], raw: dict[str, tuple[str, list[int], bytes]]) -> dict[str, np.ndarray]:
+    """Names, dtypes and shapes against the header; returns the arrays (read-only views)."""
+    missing = [name for name in TENSORS if name not in raw]
+    if missing:
+        raise _Invalid(f"is missing tensor(s) {', '.join(missing)}")
+    extra = sorted(set(raw) - set(TENSORS))
+    if extra:
+        raise _Invalid(f"has unexpected tensor(s) {', '.join(extra[:5])}")
+    vocab, k = header["vocab_size"], header["k"]
+    expected_shapes = {"ids": [vocab, k], "probs": [vocab, k], "kappa": [vocab], "filled": [vocab]}
+    arrays = {}
+    for name in TENSORS:
+        dtype, shape, data = raw[name]
+        want_dtype, np_dtype = _DTYPES[name]
+        if dtype != want_dtype:
+            raise _Invalid(f"tensor {name!r} has dtype {dtype}, expected {want_dtype}")
+        if shape != expected_shapes[name]:
+            raise _Invalid(
+                f"tensor {name!r} has shape {shape}, expected {expected_shapes[name]} "
+                f"(header vocab_size={vocab}, k={k}): header and tensors are inconsistent"
+            )
+        arrays[name] = np.frombuffer(data, dtype=np.dtype(np_dtype).newbyteorder("<")).reshape(shape)
+    return arrays
+
+
+def _check_values(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    """Value ranges of the tensors and ``rows_filled``."""
+    vocab = header["vocab_size"]
+    ids, probs, kappa, filled = arrays["ids"], arrays["probs"], arrays["kappa"], arrays["filled"]
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+        raise _Invalid(f"has token ids out of range [0, {vocab}) in tensor 'ids'")
+    if not np.isfinite(probs).all():
+        raise _Invalid("has NaN or infinite probabilities in tensor 'probs'")
+    if probs.size and float(probs.min()) < 0:
+        raise _Invalid("has negative probabilities in tensor 'probs'")
+    if probs.size and float(probs.max()) > 1:
+        raise _Invalid("has probabilities above 1 in tensor 'probs'")
+    if not np.isfinite(kappa).all():
+        raise _Invalid("has NaN or infinite values in tensor 'kappa' (must be in [0, 1])")
+    if kappa.size and (float(kappa.min()) < 0 or float(kappa.max()) > 1):
+        raise _Invalid("has values out of [0, 1] in tensor 'kappa'")
+    if filled.size and int(filled.max()) > 1:
+        raise _Invalid("has values other than 0 and 1 in tensor 'filled'")
+    rows = int(np.count_nonzero(filled))
+    if rows != header["rows_filled"]:
+        raise _Invalid(
+            f"header says rows_filled={header['rows_filled']} but tensor 'filled' marks {rows} rows: "
+            "header and tensors are inconsistent"
+        )
+
+
+def _check_content(header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
+    """The checks of a loaded file, applied to an in-memory snapshot (used before saving)."""
+    _check_header(header)
+    vocab, k = header["vocab_size"], header["k"]
+    for name, shape in (("ids", (vocab, k)), ("probs", (vocab, k)), ("kappa", (vocab,)), ("filled", (vocab,))):
+        if tensors[name].shape != shape:
+            raise _Invalid(f"tensor {name!r} has shape {list(tensors[name].shape)}, expected {list(shape)}")
+    _check_values(header, tensors)
+
+
+def _check_expected(header: dict[str, Any], expected: Any) -> None:
+    """The file against the model / tokenizer / processor it is meant for."""
+    if expected is None:
+        return
+    if _tokenizer_of(expected) is None:  # a model: its output vocabulary
+        from .backends.hf import output_vocab_size
+
+        vocab = output_vocab_size(expected)
+        if header["vocab_size"] != vocab:
+            raise _Invalid(
+                f"vocab mismatch: the memory covers {header['vocab_size']} tokens but "
+                f"{type(expected).__name__} has {vocab} output logits; it was made for another model"
+            )
+        return
+    want = tokenizer_fingerprint(expected)
+    have = header["fingerprint"]
+    if not have:
+        raise _Invalid(
+            "has no tokenizer fingerprint, so it cannot be checked against the tokenizer given "
+            "(fingerprint mismatch); set memory.fingerprint = recap.tokenizer_fingerprint(tokenizer) before saving"
+        )
+    if have != want:
+        raise _Invalid(
+            f"tokenizer fingerprint mismatch (file {have[:16]}..., expected {want[:16]}...): "
+            "it was made with another tokenizer"
+        )
+
+
+def _check_expected_arg(expected: Any) -> None:
+    if expected is None or _tokenizer_of(expected) is not None:
+        return
+    if not hasattr(expected, "get_output_embeddings"):
+        raise TypeError(f"expected must be a model, tokenizer or processor, got {type(expected).__name__}")
+
+
+def _load(path: PathLike, expected: Any) -> tuple[dict[str, Any], dict[str, np.ndarray], int]:
+    """Validated (header, arrays, file size) of ``path``; every problem is a MemoryFileError."""
+    _check_expected_arg(expected)
+    shown = os.fspath(path) if isinstance(path, (str, os.PathLike)) else repr(path)
+    try:
+        data = _read(os.fspath(path))
+        header, raw = _parse(data)
+        _check_header(header)
+        arrays = _check_tensors(header, raw)
+        _check_values(header, arrays)
+        _check_expected(header, expected)
+    except _Invalid as e:
+        raise MemoryFileError(f"memory file {shown} {e}") from None
+    except MemoryFileError:
+        raise
+    except Exception as e:  # a gap in the checks above: still reported as a bad file, never a crash
+        # (KeyboardInterrupt, SystemExit are not Exceptions and propagate)
+        raise MemoryFileError(f"memory file {shown} could not be read ({type(e).__name__}: {e})") from e
+    return header, arrays, len(data)
+
+
+def load_memory(path: PathLike, expected: Any = None) -> TokenMemory:
+    """Read and validate a memory file written by ``save_memory``.
+
+    ``expected``, optional, is what the memory will be used with: a model (its output
+    vocabulary size must match) or a tokenizer / processor (its ``tokenizer_fingerprint``
+    must match the file's). Every problem with the file (missing, not safetensors,
+    truncated, bad header, wrong format, version, method, shapes, dtypes, values, or a
+    mismatch with ``expected``) raises ``MemoryFileError`` naming the file and the problem.
+    """
+    header, arrays, _ = _load(path, expected)
+    memory = TokenMemory(header["vocab_size"], header["k"], header["method"], header["fingerprint"])
+    memory.ids[:] = arrays["ids"]
+    memory.probs[:] = arrays["probs"]
+    memory.kappa[:] = arrays["kappa"]
+    memory.filled[:] = arrays["filled"].astype(bool)
+    sync = getattr(memory, "sync_rows", None)  # rebuild any cache derived from the arrays
+    if callable(sync):
+        sync()
+    return memory
+
+
+def memory_info(path: PathLike) -> dict[str, Any]:
+    """The header of a memory file (validated like ``load_memory``) and its size in bytes."""
+    header, _, size = _load(path, None)
+    return {
+        "method": header["method"],
+        "k": header["k"],
+        "vocab_size": header["vocab_size"],
+        "fingerprint": header["fingerprint"],
+        "rows_filled": header["rows_filled"],
+        "size_bytes": size,
+        "format_version": header["format_version"],
+        "created": header["created"],
+        "recap_version": header["recap_version"],
+    }
