@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -93,6 +94,98 @@ def generate(
     else:
         print(text)
         typer.secho(result.stats.summary(), err=True, fg=typer.colors.CYAN)
+
+
+@app.command()
+def bench(
+    model: ModelOption = "tiny-qwen2.5-vl",
+    suite_families: Annotated[
+        str, typer.Option("--suite", help="suite families, comma-separated, or 'all' (ignored with --data)")
+    ] = "all",
+    data: Annotated[Path | None, typer.Option(help='JSONL file of {"image": path, "prompt": text} rows')] = None,
+    samples: Annotated[int, typer.Option(min=1, help="requests per suite family (with --data: rows at most)")] = 5,
+    seed: Annotated[int, typer.Option(help="suite seed (the embedded models were trained on other seeds)")] = 0,
+    methods: Annotated[str, typer.Option(help="comma-separated; 'generate' is always added as the reference")] = (
+        "generate,hf-prompt-lookup,ar,pld,token_recycling,recap"
+    ),
+    max_new_tokens: Annotated[int, typer.Option(min=1)] = 200,
+    memory: Annotated[
+        str, typer.Option(help="warm: persistent memories carried across requests; cold: reset")
+    ] = "warm",
+    ablate: Annotated[bool, typer.Option("--ablate", help="add RECAP variants (orders, fusion, suffix, ...)")] = False,
+    out: Annotated[Path | None, typer.Option(help="output folder (default bench_out/<model>)")] = None,
+    memory_file: MemoryFileOption = None,
+    device: DeviceOption = "auto",
+    dtype: DtypeOption = "auto",
+    threads: Annotated[int, typer.Option(help="torch CPU threads (0: leave the default)")] = 0,
+) -> None:
+    """Measure every method's speed against the model's own generate, and check every output is identical."""
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+
+    from .bench import ablation_specs, jsonl_requests, parse_methods, run_bench, suite_requests, write
+    from .bench.report import COLUMNS, table_rows
+    from .loading import load_model
+    from .persist import save_memory
+
+    if memory not in ("warm", "cold"):
+        fail(f"--memory must be warm or cold, not {memory!r}")
+    if memory_file is not None and memory == "cold":
+        fail("--memory-file carries RECAP's memory across requests; it cannot be combined with --memory cold")
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        specs = parse_methods(methods) + (ablation_specs() if ablate else [])
+        if data is not None:
+            requests = jsonl_requests(data, limit=samples)
+            warmup = requests[0]
+            workload = f"data {data}"
+        else:
+            requests = suite_requests(suite_families, samples, seed)
+            warmup = suite_requests("describe", 1, seed + 1)[0]
+            workload = f"suite {suite_families} (seed {seed}, {samples} per family)"
+        loaded, processor = load_model(model, device=device, dtype=dtype)
+        recap_memory = open_memory_file(memory_file, loaded, processor, "recap", 8)
+        first = next(iter(loaded.parameters()))
+        settings = {
+            "model": model,
+            "device": str(first.device),
+            "dtype": str(first.dtype).replace("torch.", ""),
+            "workload": workload,
+        }
+        results = run_bench(
+            loaded,
+            processor,
+            requests,
+            specs,
+            max_new_tokens=max_new_tokens,
+            memory=memory,
+            warmup=warmup,
+            settings=settings,
+            preset_memories={"recap": recap_memory},
+        )
+        out = out or Path("bench_out") / Path(model).name
+        write(results, out)
+        if memory_file is not None:
+            save_memory(recap_memory, memory_file)
+    except (RecapError, ValueError, OSError) as exc:
+        fail(str(exc))
+    table = Table(title=f"{model}: {workload}, memory {memory}, max_new_tokens {max_new_tokens}")
+    table.add_column("method", no_wrap=True)
+    for title, _, _ in COLUMNS:
+        table.add_column(title, justify="right")
+    for row in table_rows(results["overall"]):
+        table.add_row(*row)
+    console = Console(width=max(130, shutil.get_terminal_size().columns))
+    console.print(table)
+    console.print(f"wrote {out / 'results.json'}, {out / 'report.md'} and plots")
+    if results["mismatches"]:
+        console.print(
+            f"[bold red]LOSSLESS VIOLATED: {len(results['mismatches'])} outputs differ from generate; "
+            "see report.md[/bold red]"
+        )
+        raise typer.Exit(1)
 
 
 @memory_app.command("info")

@@ -1,0 +1,180 @@
+"""Aggregating benchmark runs, and writing results.json, report.md and plots."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .methods import REFERENCE
+
+
+def summarize(records: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per-method aggregates over ``records`` (dicts of one request x method, see run.py).
+
+    speedup of a run = reference seconds / its seconds on the same request; reported as the
+    mean and median of those ratios and as the ratio of total times. Mean accepted length is
+    tokens committed by steps / steps (over all steps), and match ratio the share of
+    requests whose tokens equal the reference's.
+    """
+    by_request: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for r in records:
+        by_request[r["request"]][r["method"]] = r
+    out: dict[str, dict[str, Any]] = {}
+    for method in methods:
+        runs = [(rs[REFERENCE], rs[method]) for rs in by_request.values() if method in rs and REFERENCE in rs]
+        if not runs:
+            continue
+        ratios = [ref["seconds"] / run["seconds"] for ref, run in runs]
+        steps = [run["steps"] for _, run in runs if run.get("steps") is not None]
+        tokens = sum(len(run["tokens"]) for _, run in runs)
+        summary: dict[str, Any] = {
+            "samples": len(runs),
+            "new_tokens": tokens,
+            "seconds": sum(run["seconds"] for _, run in runs),
+            "speedup_mean": statistics.fmean(ratios),
+            "speedup_median": statistics.median(ratios),
+            "speedup_total": sum(ref["seconds"] for ref, _ in runs) / sum(run["seconds"] for _, run in runs),
+            "match_ratio": sum(run["match"] for _, run in runs) / len(runs),
+            "mean_accepted_length": None,
+            "tokens_per_forward": None,
+            "nodes_per_token": None,
+            "host_overhead_us_per_step": None,
+            "histogram": None,
+            "accepted_by_source": None,
+        }
+        if len(steps) == len(runs):
+            total_steps = sum(steps)
+            committed = sum(sum(run["accepted_lengths"]) for _, run in runs)
+            histogram: dict[str, int] = defaultdict(int)
+            sources: dict[str, int] = defaultdict(int)
+            for _, run in runs:
+                for length in run["accepted_lengths"]:
+                    histogram[str(length)] += 1
+                for source, count in (run.get("accepted_by_source") or {}).items():
+                    sources[source] += count
+            summary.update(
+                mean_accepted_length=committed / total_steps if total_steps else 0.0,
+                tokens_per_forward=tokens / (total_steps + len(runs)),
+                nodes_per_token=sum(run["nodes"] for _, run in runs) / tokens if tokens else 0.0,
+                host_overhead_us_per_step=1e6 * sum(run["host_seconds"] for _, run in runs) / max(1, total_steps),
+                histogram=dict(sorted(histogram.items(), key=lambda kv: int(kv[0]))),
+                accepted_by_source=dict(sources),
+            )
+        out[method] = summary
+    return out
+
+
+def aggregate(records: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict[str, Any]:
+    """{"overall": {method: summary}, "families": {family: {method: summary}}}."""
+    families: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        families[r["family"]].append(r)
+    return {
+        "overall": summarize(records, methods),
+        "families": {family: summarize(rs, methods) for family, rs in families.items()},
+    }
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+COLUMNS = (
+    ("MAL", "mean_accepted_length", ".2f"),
+    ("tok/fwd", "tokens_per_forward", ".2f"),
+    ("nodes/tok", "nodes_per_token", ".1f"),
+    ("speedup mean", "speedup_mean", ".2f"),
+    ("median", "speedup_median", ".2f"),
+    ("total", "speedup_total", ".2f"),
+    ("match", "match_ratio", ".3f"),
+    ("host us/step", "host_overhead_us_per_step", ".0f"),
+)
+
+
+def table_rows(summaries: dict[str, dict[str, Any]]) -> list[list[str]]:
+    return [[method] + [_fmt(s[key], spec) for _, key, spec in COLUMNS] for method, s in summaries.items()]
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """report.md: settings, the overall table, one table per family, plots."""
+    meta = results["settings"]
+    lines = [
+        "# recap bench report",
+        "",
+        f"- model: `{meta['model']}` ({meta['device']}, {meta['dtype']})",
+        f"- workload: {meta['workload']}, {meta['requests']} requests, max_new_tokens {meta['max_new_tokens']}",
+        f"- persistent memory: **{meta['memory']}** ({meta['memory_note']})",
+        f"- protocol: {meta['protocol']}",
+        f"- date: {meta['date']}, machine: {meta['machine']}",
+        "",
+        "Speedup is measured against the model's own `generate(do_sample=False)` on the same request.",
+        "",
+    ]
+    header = "| method | " + " | ".join(c[0] for c in COLUMNS) + " |"
+    rule = "|" + "---|" * (len(COLUMNS) + 1)
+
+    def table(title: str, summaries: dict[str, dict[str, Any]]) -> None:
+        lines.extend([f"## {title}", "", header, rule])
+        lines.extend("| " + " | ".join(row) + " |" for row in table_rows(summaries))
+        lines.append("")
+
+    table("Overall", results["overall"])
+    for family, summaries in results["families"].items():
+        table(f"Family: {family}", summaries)
+    mismatches = results.get("mismatches", [])
+    if mismatches:
+        lines.extend(["## MISMATCHES (lossless violated)", ""])
+        lines.extend(f"- {m['method']} on {m['request']}: {m['detail']}" for m in mismatches)
+        lines.append("")
+    lines.extend(["## Plots", "", "![speedup](speedup.png)", "", "![accepted lengths](accepted_lengths.png)", ""])
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, Any], out: Path) -> list[Path]:
+    """speedup.png (per family and method) and accepted_lengths.png (histograms)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    families = list(results["families"])
+    methods = [m for m in results["overall"] if m != REFERENCE]
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(families) + 2), 4))
+    width = 0.8 / max(1, len(methods))
+    for j, method in enumerate(methods):
+        values = [results["families"][f].get(method, {}).get("speedup_mean", 0) for f in families]
+        ax.bar([i + j * width for i in range(len(families))], values, width, label=method)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([i + width * (len(methods) - 1) / 2 for i in range(len(families))], families)
+    ax.set_ylabel("speedup vs generate (mean)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(out / "speedup.png", dpi=120)
+    plt.close(fig)
+    written.append(out / "speedup.png")
+
+    with_hist = [m for m in methods if results["overall"][m].get("histogram")]
+    if with_hist:
+        fig, axes = plt.subplots(1, len(with_hist), figsize=(3 * len(with_hist), 3), squeeze=False)
+        for ax, method in zip(axes[0], with_hist):
+            hist = results["overall"][method]["histogram"]
+            ax.bar([int(k) for k in hist], list(hist.values()))
+            ax.set_title(method, fontsize=8)
+            ax.set_xlabel("tokens per step")
+        fig.tight_layout()
+        fig.savefig(out / "accepted_lengths.png", dpi=120)
+        plt.close(fig)
+        written.append(out / "accepted_lengths.png")
+    return written
+
+
+def write(results: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    plot(results, out)
+    (out / "report.md").write_text(markdown(results))

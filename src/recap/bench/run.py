@@ -1,0 +1,105 @@
+"""The benchmark protocol: warm-up, then every method on every request, order rotated."""
+
+from __future__ import annotations
+
+import datetime as dt
+import platform
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from ..loading import build_inputs
+from .methods import REFERENCE, MethodRunner, MethodSpec
+from .report import aggregate
+from .workloads import Request
+
+
+def run_bench(
+    model: torch.nn.Module,
+    processor: Any,
+    requests: Sequence[Request],
+    specs: Sequence[MethodSpec],
+    *,
+    max_new_tokens: int = 200,
+    memory: str = "warm",
+    warmup: Request | None = None,
+    settings: dict[str, Any] | None = None,
+    progress: bool = True,
+    preset_memories: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run every method on every request and return the results (see report.aggregate).
+
+    Protocol: each method runs once on ``warmup`` (32 tokens) first; then for request i the
+    methods run in the order rotated by i, so drift on a noisy machine hits all alike. Each
+    call is timed end to end (prefill and vision encoding included; the processor's
+    preprocessing is shared and not timed). ``memory``: "warm" keeps each method's
+    persistent memory across requests, in request order (as a server would); "cold" gives
+    it a fresh one per request. ``preset_memories`` maps a method name to the memory it
+    starts from (e.g. one loaded from a file).
+    """
+    if memory not in ("warm", "cold"):
+        raise ValueError(f"memory must be 'warm' or 'cold', got {memory!r}")
+    runners = [MethodRunner(spec, model, memory) for spec in specs]
+    for runner in runners:
+        preset = (preset_memories or {}).get(runner.spec.name)
+        if preset is not None:
+            runner.memory = preset
+    if warmup is not None:
+        inputs = build_inputs(processor, warmup.prompt, warmup.image)
+        for runner in runners:
+            runner(inputs, 32)
+    records: list[dict[str, Any]] = []
+    mismatches: list[dict[str, str]] = []
+    bar = tqdm(total=len(requests) * len(runners), desc="bench", unit="run", disable=not progress)
+    for i, request in enumerate(requests):
+        inputs = build_inputs(processor, request.prompt, request.image)
+        shift = i % len(runners)
+        runs = {}
+        for runner in runners[shift:] + runners[:shift]:
+            runs[runner.spec.name] = runner(inputs, max_new_tokens)
+            bar.update()
+        reference = runs[REFERENCE].tokens
+        for name, run in runs.items():
+            match = run.tokens == reference
+            if not match:
+                first = next((j for j, (a, b) in enumerate(zip(run.tokens, reference)) if a != b), None)
+                detail = f"first difference at token {first}" if first is not None else "different length"
+                mismatches.append({"method": name, "request": request.id, "detail": detail})
+                bar.write(f"MISMATCH: {name} on {request.id}: {detail}")
+            records.append(
+                {
+                    "request": request.id,
+                    "family": request.family,
+                    "method": name,
+                    "tokens": run.tokens,
+                    "hash": run.digest,
+                    "match": match,
+                    "seconds": run.seconds,
+                    "steps": run.steps,
+                    "mean_accepted_length": run.mean_accepted_length,
+                    "accepted_lengths": run.accepted_lengths,
+                    "nodes": run.nodes,
+                    "host_seconds": run.host_seconds,
+                    "accepted_by_source": run.accepted_by_source,
+                }
+            )
+    bar.close()
+    methods = [spec.name for spec in specs]
+    results = aggregate(records, methods)
+    results["settings"] = {
+        "max_new_tokens": max_new_tokens,
+        "memory": memory,
+        "memory_note": "carried across requests in the order listed" if memory == "warm" else "fresh per request",
+        "protocol": "warm-up 32 tokens per method; method order rotated per request; end-to-end timing",
+        "requests": len(requests),
+        "methods": methods,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip()
+        + f", {torch.get_num_threads()} torch threads",
+        **(settings or {}),
+    }
+    results["mismatches"] = mismatches
+    results["samples"] = records
+    return results
