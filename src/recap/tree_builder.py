@@ -5,6 +5,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from .fusion import Fused
 from .tree import DraftTree, Source
 
@@ -15,11 +17,12 @@ Candidate = tuple[int, float, int]  # token, q, source
 class TreeLists:
     """A tree under construction, as plain lists (node 0 is the root)."""
 
-    __slots__ = ("tokens", "parents", "sources", "children")
+    __slots__ = ("tokens", "parents", "depths", "sources", "children")
 
     def __init__(self, root: int) -> None:
         self.tokens = [root]
         self.parents = [-1]
+        self.depths = [0]
         self.sources = [int(Source.ROOT)]
         self.children: list[list[int]] = [[]]
 
@@ -27,6 +30,7 @@ class TreeLists:
         node = len(self.tokens)
         self.tokens.append(token)
         self.parents.append(parent)
+        self.depths.append(self.depths[parent] + 1)
         self.sources.append(source)
         self.children.append([])
         self.children[parent].append(node)
@@ -59,7 +63,12 @@ class TreeLists:
                 node = self.add(node, token, source)
 
     def freeze(self) -> DraftTree:
-        return DraftTree.from_lists(self.tokens, self.parents, self.sources)
+        return DraftTree(
+            tokens=np.asarray(self.tokens, dtype=np.int64),
+            parents=np.asarray(self.parents, dtype=np.int64),
+            depths=np.asarray(self.depths, dtype=np.int64),
+            sources=np.asarray(self.sources, dtype=np.int8),
+        )
 
 
 def build_tree(
@@ -83,25 +92,26 @@ def build_tree(
     Returns the tree in depth-first layout.
     """
     tree = TreeLists(root_context[-1])
-    contexts = [tuple(root_context[-3:])]
+    tokens, parents, depths = tree.tokens, tree.parents, tree.depths
+    # per node, filled when it is expanded: its last <= 3 tokens and the edges on its path
+    contexts: list[tuple[int, ...]] = [tuple(root_context[-3:])]
     edges: list[frozenset[tuple[int, int]]] = [frozenset()]
-    depths = [0]
-    scores = [1.0]
+    bases = [0.0]  # per expanded node: its score x the hit mass of its children's depth
     options: list[list[Candidate]] = [[]]
     # heap entries: (-score, tiebreak, parent, rank); rank -1 marks "expand parent", whose
     # score is an upper bound (q <= 1) of its children's, so expansion waits until needed
     heap: list[tuple[float, int, int, int]] = [(-hit_mass(1), 0, 0, -1)]
     counter = 0
+    push = heapq.heappush
 
-    def push(parent: int, rank: int, q: float) -> None:
-        nonlocal counter
-        counter += 1
-        heapq.heappush(heap, (-scores[parent] * hit_mass(depths[parent] + 1) * q, counter, parent, rank))
-
-    while heap and len(tree.tokens) <= budget:
+    while heap and len(tokens) <= budget:
         neg_score, _, parent, rank = heapq.heappop(heap)
         if rank < 0:  # expand: fetch the parent's candidates and offer its best child
-            token, path_edges = tree.tokens[parent], edges[parent]
+            if parent:
+                up = parents[parent]
+                contexts[parent] = (contexts[up] + (tokens[parent],))[-3:]
+                edges[parent] = edges[up] | {(tokens[up], tokens[parent])}
+            token, path_edges = tokens[parent], edges[parent]
             found: list[Candidate] = []
             for candidate in zip(*candidates(contexts[parent])):
                 t = candidate[0]
@@ -111,19 +121,22 @@ def build_tree(
                 if len(found) == max_width:
                     break
             options[parent] = found
+            bases[parent] = neg_score
             if found:
-                push(parent, 0, found[0][1])
+                counter += 1
+                push(heap, (neg_score * found[0][1], counter, parent, 0))
             continue
-        token, _, source = options[parent][rank]
-        node = tree.add(parent, token, source)
-        contexts.append((contexts[parent] + (token,))[-3:])
-        edges.append(edges[parent] | {(tree.tokens[parent], token)})
-        depths.append(depths[parent] + 1)
-        scores.append(-neg_score)
-        options.append([])
         siblings = options[parent]
+        token, _, source = siblings[rank]
+        node = tree.add(parent, token, source)
+        contexts.append(())
+        edges.append(frozenset())
+        bases.append(0.0)
+        options.append([])
         if rank + 1 < len(siblings):
-            push(parent, rank + 1, siblings[rank + 1][1])
+            counter += 1
+            push(heap, (bases[parent] * siblings[rank + 1][1], counter, parent, rank + 1))
         if depths[node] < max_depth:
-            push(node, -1, 1.0)
+            counter += 1
+            push(heap, (neg_score * hit_mass(depths[node] + 1), counter, node, -1))
     return tree.depth_first()

@@ -1,0 +1,27 @@
+# Each target creates and uses the virtual environment .venv in the repository root.
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: bench bench-full test lint overhead
+
+$(VENV)/.installed: pyproject.toml scripts/setup-venv.sh
+	bash scripts/setup-venv.sh
+
+# The main job: a quick side-by-side bench on the embedded default model (a few minutes on a CPU).
+bench: $(VENV)/.installed
+	$(BIN)/recap bench --model tiny-qwen2.5-vl --samples 1 --max-new-tokens 96 --out bench_out/quick
+
+# The full offline suite on both embedded models, warm memory (the numbers in the README).
+bench-full: $(VENV)/.installed
+	$(BIN)/recap bench --model tiny-qwen2.5-vl --samples 6 --max-new-tokens 200 --out bench_out/tiny-qwen2.5-vl
+	$(BIN)/recap bench --model tiny-llava-next --samples 6 --max-new-tokens 200 --out bench_out/tiny-llava-next
+
+test: $(VENV)/.installed
+	$(BIN)/python -m pytest
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check src tests benchmarks scripts
+
+# Host-side overhead of one RECAP step (63-node tree, k = 8), without a model.
+overhead: $(VENV)/.installed
+	$(BIN)/python benchmarks/host_overhead.py
