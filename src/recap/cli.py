@@ -34,6 +34,23 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def check_memory_file(path: Path | None, method: str) -> None:
+    """Fail fast, before the (possibly slow) model load: ``--memory-file`` with a method that
+    has no persistent memory, or an existing file that is not a valid memory for ``method``."""
+    if path is None:
+        return
+    from .persist import memory_info
+
+    if method not in PERSISTENT_METHODS:
+        fail(f"--memory-file needs a method with a persistent memory ({', '.join(PERSISTENT_METHODS)}), not {method}")
+    if not path.parent.is_dir():
+        fail(f"the folder of --memory-file {path} does not exist; create it first")
+    if path.exists():
+        held = memory_info(path)["method"]  # validates the whole file; raises MemoryFileError naming it
+        if held != method:
+            fail(f"{path} holds a {held} memory; use it with --method {held} or pick another file")
+
+
 def open_memory_file(path: Path | None, model, processor, method: str, k: int):
     """The memory in ``path`` (validated against the model's vocabulary and the tokenizer's
     fingerprint) or a new one if the file does not exist yet; None without a path."""
@@ -77,6 +94,7 @@ def generate(
     if method not in METHODS:
         fail(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
     try:
+        check_memory_file(memory_file, method)
         loaded, processor = load_model(model, device=device, dtype=dtype)
         config = RecapConfig()
         memory = open_memory_file(memory_file, loaded, processor, method, config.k if method == "recap" else 8)
@@ -145,6 +163,9 @@ def bench(
             requests = suite_requests(suite_families, samples, seed)
             warmup = suite_requests("describe", 1, seed + 1)[0]
             workload = f"suite {suite_families} (seed {seed}, {samples} per family)"
+        if memory_file is not None and "recap" not in [spec.name for spec in specs]:
+            fail("--memory-file holds RECAP's memory, but recap is not among --methods")
+        check_memory_file(memory_file, "recap")
         loaded, processor = load_model(model, device=device, dtype=dtype)
         recap_memory = open_memory_file(memory_file, loaded, processor, "recap", 8)
         first = next(iter(loaded.parameters()))

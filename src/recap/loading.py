@@ -84,7 +84,7 @@ def build_inputs(processor: Any, prompt: str, image: Image.Image | str | Path | 
     tokenizer = getattr(processor, "tokenizer", processor)
     has_images = hasattr(processor, "image_processor")
     if image is not None and not has_images:
-        raise InputError("this model takes no images (its processor has no image processor); drop --image")
+        raise InputError("this model takes no images (no image processor): give it text-only requests")
     content: list[dict[str, str]] = [{"type": "image"}] if image is not None else []
     content.append({"type": "text", "text": prompt})
     template = getattr(processor, "chat_template", None) or getattr(tokenizer, "chat_template", None)

@@ -146,17 +146,21 @@ class HFTarget:
         return ids_and_greedy[:, 0], TopK(ids_and_greedy[:, 1:], probs)
 
     def commit(self, path: Sequence[int]) -> None:
-        """Keep the cache entries of the accepted ``path`` (node indices, root first)."""
+        """Keep the cache entries of the accepted ``path`` (node indices, root first).
+
+        The accepted entries are moved down to slots L .. L+m-1 (a copy of m entries, not of
+        the whole cache) and the rest is cropped away.
+        """
         n, length, kept = self._pending, self.length, len(path)
-        if list(path) == list(range(kept)):
-            if kept < n:
-                self.cache.crop(-(n - kept))
-        else:
-            keep = torch.cat([torch.arange(length), length + torch.as_tensor(list(path))]).to(self.device)
-            for layer in self.cache.layers:
-                if getattr(layer, "keys", None) is not None and layer.keys.numel():
-                    layer.keys = layer.keys.index_select(-2, keep)
-                    layer.values = layer.values.index_select(-2, keep)
+        if list(path) != list(range(kept)):
+            source = torch.as_tensor(list(path), device=self.device) + length
+            with torch.inference_mode():
+                for layer in self.cache.layers:
+                    if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                        layer.keys[..., length : length + kept, :] = layer.keys.index_select(-2, source)
+                        layer.values[..., length : length + kept, :] = layer.values.index_select(-2, source)
+        if kept < n:
+            self.cache.crop(-(n - kept))
         self.length += kept
         self._pending = 0
 

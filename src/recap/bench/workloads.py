@@ -44,8 +44,15 @@ def jsonl_requests(path: Path, limit: int | None = None) -> list[Request]:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"data file {path} does not exist")
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # a leading byte-order mark is tolerated
+    except UnicodeDecodeError as exc:
+        number = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise InputError(f"{path}:{number}: not valid UTF-8 ({exc.reason})") from None
     out: list[Request] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    # JSON Lines are separated by "\n" only: str.splitlines() would also split inside JSON
+    # strings holding raw U+2028, U+0085, ... (valid JSON) and shift the line numbers
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         where = f"{path}:{number}"
