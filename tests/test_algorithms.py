@@ -303,3 +303,17 @@ def test_tree_sizes_respect_budget_with_real_drafter() -> None:
         drafter = RecapDrafter(RecapConfig(node_budget=budget, suffix_tokens=0), memory)
         drafter.begin([1, 2], [], None)
         assert len(drafter.propose([1, 2])) == budget + 1
+
+
+def test_prefill_seeds_token_memory_at_first_occurrences_and_context_memories_everywhere() -> None:
+    prompt = [5, 6, 500, 500, 7, 5, 6, 8]  # 500 is an image placeholder
+    plain = RecapDrafter(RecapConfig(), TokenMemory(1000), blocked=frozenset({500}))
+    assert plain.prefill_positions(prompt) == [0, 1, 4, 7]
+    memory = TokenMemory(1000)
+    drafter = RecapDrafter(RecapConfig(seed_context_from_prefill=True), memory, blocked=frozenset({500}))
+    positions = drafter.prefill_positions(prompt)
+    assert positions == [0, 1, 4, 5, 6, 7]
+    drafter.begin(prompt, positions, make_topk(len(positions)))
+    assert memory.row(5)[0] == make_topk(1).ids[0].tolist()  # first occurrence (position 0)
+    assert drafter.context[2].get((5, 6))[0] == make_topk(2).ids[1].tolist()  # positions 0-1, first wins
+    assert drafter.context[2].get((500, 7)) is None and drafter.context[3].get((7, 5, 6)) is not None

@@ -22,7 +22,8 @@ class RecapConfig:
     factor of best-first scores (the last value repeats deeper); ``suffix_tokens`` the
     length of the suffix-matched continuation grafted from the root (0 turns it off);
     ``write_scope`` which verified nodes write rows; ``persistent`` whether the token memory
-    is kept across requests; ``seed_from_prefill`` whether prompt logits seed it.
+    is kept across requests; ``seed_from_prefill`` whether prompt logits seed it, and
+    ``seed_context_from_prefill`` whether they also seed the 2-/3-token memories.
 
     Prompt lookup: ``pld_max_ngram`` / ``pld_min_ngram`` the n-gram sizes tried, longest
     first, and ``pld_num_tokens`` the chain length drafted.
@@ -40,6 +41,7 @@ class RecapConfig:
     write_scope: str = "full-tree"
     persistent: bool = True
     seed_from_prefill: bool = True
+    seed_context_from_prefill: bool = False
     pld_max_ngram: int = 3
     pld_min_ngram: int = 1
     pld_num_tokens: int = 10

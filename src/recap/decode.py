@@ -187,7 +187,8 @@ def generate(
             stats.steps += 1
             stats.nodes_verified += len(tree)
             stats.accepted_lengths.append(len(committed))
-            stats.count_sources(tree.sources[acceptance.path[1 : len(committed)]].tolist())
+            drafts_committed = min(len(committed), acceptance.accepted_drafts)
+            stats.count_sources(tree.sources[acceptance.path[1 : 1 + drafts_committed]].tolist())
             if not done:
                 target.commit(acceptance.path)
             drafter.observe(tree, topk, acceptance, committed)

@@ -44,15 +44,20 @@ class RecapDrafter:
 
     # -- request lifecycle -------------------------------------------------------------
     def prefill_positions(self, prompt_ids: Sequence[int]) -> list[int]:
-        """The first occurrence of each distinct text token of the prompt."""
-        if not (self.config.seed_from_prefill and 1 in self._use):
+        """Prompt positions whose top-k seed the memories: the first occurrence of each
+        distinct text token (token memory), or every text position when the contextual
+        memories are seeded too."""
+        cfg = self.config
+        seed_context = cfg.seed_context_from_prefill and (self._use2 or self._use3)
+        if not ((cfg.seed_from_prefill and self._use1) or seed_context):
             return []
         seen: set[int] = set()
         positions = []
         for i, t in enumerate(prompt_ids):
-            if t not in seen and t not in self.blocked:
-                seen.add(t)
-                positions.append(i)
+            if t in self.blocked or (t in seen and not seed_context):
+                continue
+            seen.add(t)
+            positions.append(i)
         return positions
 
     def begin(self, prompt_ids: Sequence[int], positions: Sequence[int], prompt_topk: TopK | None) -> None:
@@ -61,10 +66,29 @@ class RecapDrafter:
         if not self.config.persistent:
             self.memory.clear()
         if prompt_topk is not None and len(positions):
-            keys = np.asarray(prompt_ids, dtype=np.int64)[np.asarray(positions)]
-            self.memory.write(keys, prompt_topk)
+            ids = np.asarray(prompt_ids, dtype=np.int64)
+            at = np.asarray(positions, dtype=np.int64)
+            if self.config.seed_from_prefill and self._use1:
+                self.memory.write(ids[at], prompt_topk)  # first occurrence of each token wins
+            if self.config.seed_context_from_prefill:
+                self._seed_context(ids, at, prompt_topk)
         self.suffix = SuffixIndex()
         self.suffix.extend(collapse_runs(prompt_ids, self.blocked))
+
+    def _seed_context(self, ids: np.ndarray, at: np.ndarray, topk: TopK) -> None:
+        """Rows of the prompt's text positions under their last 2 and 3 prompt tokens."""
+        rows = list(zip(topk.ids.tolist(), topk.probs.tolist(), topk.concentration.tolist()))
+        text = [int(t) not in self.blocked for t in ids]
+        tokens = ids.tolist()
+        for order in (2, 3):
+            if order not in self._use:
+                continue
+            keys, kept = [], []
+            for row, i in zip(rows, at.tolist()):
+                if i + 1 >= order and all(text[i - order + 1 : i + 1]):
+                    keys.append(tuple(tokens[i - order + 1 : i + 1]))
+                    kept.append(row)
+            self.context[order].write_many(keys, kept)
 
     def end(self) -> None:
         for memory in self.context.values():
@@ -91,7 +115,7 @@ class RecapDrafter:
     def propose(self, history: Sequence[int]) -> DraftTree:
         cfg = self.config
         self._root_context = tuple(history[-3:])
-        tree = build_tree(
+        lists = build_tree(
             self._root_context,
             self.candidates,
             budget=cfg.node_budget,
@@ -106,8 +130,8 @@ class RecapDrafter:
                 if token in self.blocked:
                     path = path[:i]
                     break
-            tree.graft(path)
-        return tree.freeze()
+            lists.graft(path)
+        return lists.freeze()
 
     # -- learning ----------------------------------------------------------------------
     def observe(self, tree: DraftTree, topk: TopK, acceptance: Acceptance, committed: Sequence[int]) -> None:
