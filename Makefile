@@ -13,8 +13,8 @@ bench: $(VENV)/.installed
 
 # The full offline suite on both embedded models, warm memory (the numbers in the README).
 bench-full: $(VENV)/.installed
-	$(BIN)/recap bench --model tiny-qwen2.5-vl --samples 6 --max-new-tokens 200 --out bench_out/tiny-qwen2.5-vl
-	$(BIN)/recap bench --model tiny-llava-next --samples 6 --max-new-tokens 200 --out bench_out/tiny-llava-next
+	$(BIN)/recap bench --model tiny-qwen2.5-vl --samples 10 --max-new-tokens 200 --ablate --out bench_out/tiny-qwen2.5-vl
+	$(BIN)/recap bench --model tiny-llava-next --samples 10 --max-new-tokens 200 --ablate --out bench_out/tiny-llava-next
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest

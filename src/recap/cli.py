@@ -140,6 +140,7 @@ def bench(
     """Measure every method's speed against the model's own generate, and check every output is identical."""
     import torch
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from .bench import ablation_specs, jsonl_requests, parse_methods, run_bench, suite_requests, write
@@ -197,10 +198,16 @@ def bench(
     for title, _, _ in COLUMNS:
         table.add_column(title, justify="right")
     for row in table_rows(results["overall"]):
-        table.add_row(*row)
+        table.add_row(*(escape(cell) for cell in row))
     console = Console(width=max(130, shutil.get_terminal_size().columns))
     console.print(table)
     console.print(f"wrote {out / 'results.json'}, {out / 'report.md'} and plots")
+    if results["failures"]:
+        failed = sorted({f["method"] for f in results["failures"]})
+        console.print(
+            f"[bold yellow]{len(results['failures'])} runs of {', '.join(failed)} raised errors "
+            "(left out of their aggregates; see report.md)[/bold yellow]"
+        )
     if results["mismatches"]:
         console.print(
             f"[bold red]LOSSLESS VIOLATED: {len(results['mismatches'])} outputs differ from generate; "

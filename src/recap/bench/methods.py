@@ -16,6 +16,7 @@ from ..decode import generate
 from ..memory import TokenMemory
 
 REFERENCE = "generate"
+PEERS = ("hf-prompt-lookup",)  # the model library's own methods, which may not support a model
 ALL_METHODS = ("generate", "hf-prompt-lookup", "ar", "pld", "token_recycling", "recap")
 
 

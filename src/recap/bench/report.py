@@ -130,6 +130,11 @@ def markdown(results: dict[str, Any]) -> str:
         lines.extend(["## MISMATCHES (lossless violated)", ""])
         lines.extend(f"- {m['method']} on {m['request']}: {m['detail']}" for m in mismatches)
         lines.append("")
+    failures = results.get("failures", [])
+    if failures:
+        lines.extend(["## Failed runs of peers (left out of their aggregates)", ""])
+        lines.extend(f"- {f['method']} on {f['request']}: {f['error'][:300]}" for f in failures)
+        lines.append("")
     lines.extend(["## Plots", "", "![speedup](speedup.png)", "", "![accepted lengths](accepted_lengths.png)", ""])
     return "\n".join(lines)
 

@@ -11,7 +11,7 @@ import torch
 from tqdm import tqdm
 
 from ..loading import build_inputs
-from .methods import REFERENCE, MethodRunner, MethodSpec
+from .methods import PEERS, REFERENCE, MethodRunner, MethodSpec
 from .report import aggregate
 from .workloads import Request
 
@@ -36,7 +36,9 @@ def run_bench(
     call is timed end to end (prefill and vision encoding included; the processor's
     preprocessing is shared and not timed). ``memory``: "warm" keeps each method's
     persistent memory across requests, in request order (as a server would); "cold" gives
-    it a fresh one per request. ``preset_memories`` maps a method name to the memory it
+    it a fresh one per request. A peer from the model library (``hf-prompt-lookup``) that
+    raises on a request is recorded under "failures" and left out of its aggregates; any
+    other method raising is a bug and propagates. ``preset_memories`` maps a method name to the memory it
     starts from (e.g. one loaded from a file).
     """
     if memory not in ("warm", "cold"):
@@ -49,16 +51,29 @@ def run_bench(
     if warmup is not None:
         inputs = build_inputs(processor, warmup.prompt, warmup.image)
         for runner in runners:
-            runner(inputs, 32)
+            try:
+                runner(inputs, 32)
+            except Exception:
+                if runner.spec.kind not in PEERS:
+                    raise
     records: list[dict[str, Any]] = []
     mismatches: list[dict[str, str]] = []
+    failures: list[dict[str, str]] = []
     bar = tqdm(total=len(requests) * len(runners), desc="bench", unit="run", disable=not progress)
     for i, request in enumerate(requests):
         inputs = build_inputs(processor, request.prompt, request.image)
         shift = i % len(runners)
         runs = {}
         for runner in runners[shift:] + runners[:shift]:
-            runs[runner.spec.name] = runner(inputs, max_new_tokens)
+            try:
+                runs[runner.spec.name] = runner(inputs, max_new_tokens)
+            except Exception as exc:  # a peer from the model library may not support this model
+                if runner.spec.kind not in PEERS:
+                    raise
+                failures.append(
+                    {"method": runner.spec.name, "request": request.id, "error": f"{type(exc).__name__}: {exc}"}
+                )
+                bar.write(f"FAILED: {runner.spec.name} on {request.id}: {exc}")
             bar.update()
         reference = runs[REFERENCE].tokens
         for name, run in runs.items():
@@ -101,5 +116,6 @@ def run_bench(
         **(settings or {}),
     }
     results["mismatches"] = mismatches
+    results["failures"] = failures
     results["samples"] = records
     return results

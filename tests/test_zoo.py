@@ -1,0 +1,64 @@
+"""The embedded models load offline by name and generate through the chat-template path;
+every method reproduces their greedy output on held-out suite requests."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from transformers import AutoModelForImageTextToText, AutoProcessor
+
+import recap
+from recap import suite, zoo
+from recap.backends.hf import output_vocab_size
+from recap.loading import build_inputs, decode, load_model
+from recap.zoo.processors import register
+
+NAMES = ("tiny-qwen2.5-vl", "tiny-llava-next")
+
+
+@functools.cache
+def loaded(name: str):
+    return zoo.load(name)
+
+
+def test_both_models_are_embedded_and_small() -> None:
+    assert set(NAMES) <= set(zoo.NAMES)
+    for name in NAMES:
+        weights = zoo.path(name) / "model.safetensors"
+        assert weights.is_file() and weights.stat().st_size < 25 * 2**20
+        assert (zoo.path(name) / "README.md").is_file()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_loads_offline_with_from_pretrained_and_by_name(name: str) -> None:
+    register()
+    model = AutoModelForImageTextToText.from_pretrained(zoo.path(name), dtype=torch.float32)
+    processor = AutoProcessor.from_pretrained(zoo.path(name))
+    assert hasattr(processor, "image_processor") and processor.chat_template
+    by_name, by_name_processor = load_model(name, device="cpu", dtype="float32")
+    assert type(by_name) is type(model) and type(by_name_processor) is type(processor)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_generates_an_answer_that_uses_the_image(name: str) -> None:
+    model, processor = loaded(name)
+    sample = suite.load("ocr", 1, 5)[0]
+    inputs = build_inputs(processor, sample.prompt, sample.image)
+    out = model.generate(**inputs, do_sample=False, max_new_tokens=48)[0, inputs["input_ids"].shape[1] :]
+    text = decode(processor, out.tolist())
+    assert len(text.split()) >= 3
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_method_is_lossless_on_the_trained_models(name: str) -> None:
+    model, processor = loaded(name)
+    memory = recap.TokenMemory(output_vocab_size(model))
+    for i, family in enumerate(("describe", "chart", "science")):
+        sample = suite.load(family, 1, 77 + i)[0]
+        inputs = build_inputs(processor, sample.prompt, sample.image)
+        expected = model.generate(**inputs, do_sample=False, max_new_tokens=200)[0, inputs["input_ids"].shape[1] :]
+        for method in ("ar", "pld", "token_recycling", "recap"):
+            result = recap.generate(model, inputs, method, 200, memory=memory if method == "recap" else None)
+            assert result.token_ids == expected.tolist(), f"{name} {family} {method}"
