@@ -39,16 +39,26 @@ class TreeLists:
     def depth_first(self) -> TreeLists:
         """The same tree with nodes renumbered in depth-first preorder, children in the
         order they were added (best first), so the likeliest chain is contiguous."""
-        order: list[int] = []
-        stack = [0]
+        children, tokens, sources = self.children, self.tokens, self.sources
+        out = TreeLists(tokens[0])
+        out_tokens, out_parents, out_depths, out_sources, out_children = (
+            out.tokens,
+            out.parents,
+            out.depths,
+            out.sources,
+            out.children,
+        )
+        stack = [(child, 0) for child in reversed(children[0])]  # (old node, new parent)
         while stack:
-            node = stack.pop()
-            order.append(node)
-            stack.extend(reversed(self.children[node]))
-        new_index = {old: new for new, old in enumerate(order)}
-        out = TreeLists(self.tokens[0])
-        for old in order[1:]:
-            out.add(new_index[self.parents[old]], self.tokens[old], self.sources[old])
+            old, parent = stack.pop()
+            node = len(out_tokens)
+            out_tokens.append(tokens[old])
+            out_parents.append(parent)
+            out_depths.append(out_depths[parent] + 1)
+            out_sources.append(sources[old])
+            out_children.append([])
+            out_children[parent].append(node)
+            stack.extend((child, node) for child in reversed(children[old]))
         return out
 
     def graft(self, path: Sequence[int], source: int = int(Source.SUFFIX)) -> None:
@@ -92,20 +102,23 @@ def build_tree(
     Returns the tree in depth-first layout.
     """
     tree = TreeLists(root_context[-1])
-    tokens, parents, depths = tree.tokens, tree.parents, tree.depths
+    tokens, parents, depths, sources, children = tree.tokens, tree.parents, tree.depths, tree.sources, tree.children
+    masses = [hit_mass(d) for d in range(1, max_depth + 1)]  # masses[d - 1]: hit mass at depth d
     # per node, filled when it is expanded: its last <= 3 tokens and the edges on its path
-    contexts: list[tuple[int, ...]] = [tuple(root_context[-3:])]
-    edges: list[frozenset[tuple[int, int]]] = [frozenset()]
-    bases = [0.0]  # per expanded node: its score x the hit mass of its children's depth
-    options: list[list[Candidate]] = [[]]
+    size = budget + 1
+    contexts: list[tuple[int, ...]] = [()] * size
+    contexts[0] = tuple(root_context[-3:])
+    edges: list[frozenset[tuple[int, int]]] = [frozenset()] * size
+    bases = [0.0] * size  # per expanded node: -(its score x the hit mass of its children's depth)
+    options: list[list[Candidate]] = [[]] * size
     # heap entries: (-score, tiebreak, parent, rank); rank -1 marks "expand parent", whose
     # score is an upper bound (q <= 1) of its children's, so expansion waits until needed
-    heap: list[tuple[float, int, int, int]] = [(-hit_mass(1), 0, 0, -1)]
+    heap: list[tuple[float, int, int, int]] = [(-masses[0], 0, 0, -1)]
     counter = 0
-    push = heapq.heappush
+    push, pop = heapq.heappush, heapq.heappop
 
-    while heap and len(tokens) <= budget:
-        neg_score, _, parent, rank = heapq.heappop(heap)
+    while heap and len(tokens) < size:
+        neg_score, _, parent, rank = pop(heap)
         if rank < 0:  # expand: fetch the parent's candidates and offer its best child
             if parent:
                 up = parents[parent]
@@ -128,15 +141,18 @@ def build_tree(
             continue
         siblings = options[parent]
         token, _, source = siblings[rank]
-        node = tree.add(parent, token, source)
-        contexts.append(())
-        edges.append(frozenset())
-        bases.append(0.0)
-        options.append([])
+        node = len(tokens)
+        depth = depths[parent] + 1
+        tokens.append(token)
+        parents.append(parent)
+        depths.append(depth)
+        sources.append(source)
+        children.append([])
+        children[parent].append(node)
         if rank + 1 < len(siblings):
             counter += 1
             push(heap, (bases[parent] * siblings[rank + 1][1], counter, parent, rank + 1))
-        if depths[node] < max_depth:
+        if depth < max_depth:
             counter += 1
-            push(heap, (neg_score * hit_mass(depths[node] + 1), counter, node, -1))
+            push(heap, (neg_score * masses[depth], counter, node, -1))
     return tree.depth_first()
