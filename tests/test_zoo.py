@@ -62,3 +62,24 @@ def test_every_method_is_lossless_on_the_trained_models(name: str) -> None:
         for method in ("ar", "pld", "token_recycling", "recap"):
             result = recap.generate(model, inputs, method, 200, memory=memory if method == "recap" else None)
             assert result.token_ids == expected.tolist(), f"{name} {family} {method}"
+
+
+def test_bench_records_a_failing_library_peer_instead_of_crashing() -> None:
+    """transformers' own prompt lookup drafts image placeholders on VLM prompts and raises;
+    the bench must say so and keep going."""
+    from recap.bench import markdown, parse_methods, run_bench, suite_requests
+
+    model, processor = loaded("tiny-qwen2.5-vl")
+    requests = suite_requests("ocr", 1, 0)
+    results = run_bench(
+        model,
+        processor,
+        requests,
+        parse_methods("hf-prompt-lookup,ar"),
+        max_new_tokens=8,
+        progress=False,
+        settings={"model": "tiny", "device": "cpu", "dtype": "float32", "workload": "test"},
+    )
+    assert [f["method"] for f in results["failures"]] == ["hf-prompt-lookup"]
+    assert "hf-prompt-lookup" not in results["overall"] and results["overall"]["ar"]["match_ratio"] == 1.0
+    assert "Failed runs of peers" in markdown(results)
