@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from .drafters import METHODS, PERSISTENT_METHODS
+from .drafters import METHODS, PERSISTENT_METHODS, memory_k
 from .errors import RecapError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Lossless speculative decoding for VLMs and LLMs.")
@@ -53,22 +53,19 @@ def check_memory_file(path: Path | None, method: str) -> None:
 
 def open_memory_file(path: Path | None, model, processor, method: str, k: int):
     """The memory in ``path`` (validated against the model's vocabulary and the tokenizer's
-    fingerprint) or a new one if the file does not exist yet; None without a path."""
+    fingerprint) or a new one if the file does not exist yet; None without a path. Called
+    after ``check_memory_file``, which has checked the method and the file itself."""
     if path is None:
         return None
     from .backends.hf import output_vocab_size
     from .memory import TokenMemory
     from .persist import load_memory, tokenizer_fingerprint
 
-    if method not in PERSISTENT_METHODS:
-        fail(f"--memory-file needs a method with a persistent memory ({', '.join(PERSISTENT_METHODS)}), not {method}")
     if path.exists():
         memory = load_memory(path, expected=processor)
         vocab = output_vocab_size(model)
         if memory.vocab_size != vocab:
             fail(f"{path} covers a vocabulary of {memory.vocab_size} tokens but the model has {vocab}")
-        if memory.method != method:
-            fail(f"{path} holds a {memory.method} memory; use it with --method {memory.method} or pick another file")
         return memory
     return TokenMemory(output_vocab_size(model), k=k, method=method, fingerprint=tokenizer_fingerprint(processor))
 
@@ -97,7 +94,7 @@ def generate(
         check_memory_file(memory_file, method)
         loaded, processor = load_model(model, device=device, dtype=dtype)
         config = RecapConfig()
-        memory = open_memory_file(memory_file, loaded, processor, method, config.k if method == "recap" else 8)
+        memory = open_memory_file(memory_file, loaded, processor, method, memory_k(method, config))
         inputs = build_inputs(processor, prompt, image)
         result = recap_generate(
             loaded, inputs, method=method, max_new_tokens=max_new_tokens, config=config, memory=memory

@@ -13,7 +13,7 @@ import torch
 from .accept import accept_greedy
 from .backends.hf import HFTarget, check_supported, image_token_ids, output_vocab_size
 from .config import RecapConfig
-from .drafters import METHODS, PERSISTENT_METHODS, make_drafter
+from .drafters import METHODS, PERSISTENT_METHODS, make_drafter, memory_k
 from .errors import InputError, UnsupportedGenerationError
 from .memory import TokenMemory
 from .stats import DecodeStats
@@ -148,7 +148,7 @@ def generate(
     input_ids = _check_inputs(inputs)
     _check_length(model, input_ids.shape[1] + max_new_tokens)
     if method in PERSISTENT_METHODS:
-        k = config.k if method == "recap" else 8
+        k = memory_k(method, config)
         if memory is None:
             memory = default_memory(model, method, k)
         else:

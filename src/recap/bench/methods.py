@@ -13,6 +13,7 @@ import torch
 from ..backends.hf import output_vocab_size
 from ..config import RecapConfig
 from ..decode import generate
+from ..drafters import memory_k
 from ..memory import TokenMemory
 
 REFERENCE = "generate"
@@ -88,7 +89,7 @@ class MethodRunner:
     def reset(self) -> None:
         """A fresh persistent memory (for methods that have one)."""
         if self.spec.kind in ("recap", "token_recycling"):
-            k = self.spec.config.k if self.spec.kind == "recap" else 8
+            k = memory_k(self.spec.kind, self.spec.config)
             self.memory = TokenMemory(output_vocab_size(self.model), k=k, method=self.spec.kind)
 
     def __call__(self, inputs: Mapping[str, Any], max_new_tokens: int) -> Run:

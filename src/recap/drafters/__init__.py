@@ -13,6 +13,11 @@ METHODS = ("recap", "token_recycling", "pld", "ar")
 PERSISTENT_METHODS = ("recap", "token_recycling")
 
 
+def memory_k(method: str, config: RecapConfig) -> int:
+    """Candidates per row of ``method``'s persistent memory (Token Recycling's table keeps 8)."""
+    return config.k if method == "recap" else 8
+
+
 def make_drafter(method: str, config: RecapConfig, memory: TokenMemory | None, blocked: frozenset[int]) -> Drafter:
     """The drafter of ``method``; ``memory`` is its persistent table (recap, token_recycling)."""
     if method == "recap":
@@ -37,4 +42,5 @@ __all__ = [
     "RecapDrafter",
     "TokenRecyclingDrafter",
     "make_drafter",
+    "memory_k",
 ]
