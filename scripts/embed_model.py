@@ -2,7 +2,7 @@
 suite samples and write its model card.
 
     python scripts/embed_model.py --run checkpoints/tiny-qwen2.5-vl --name tiny-qwen2.5-vl \
-        --command "python -m recap.zoo.train --arch qwen2.5-vl ..."
+        --command "python -m recap.zoo.train --arch qwen2.5-vl ..."   # once per training phase
 """
 
 from __future__ import annotations
@@ -29,35 +29,85 @@ Load it with `recap.zoo.load("{name}")`, or `from_pretrained` on this folder (ca
 processor so that no torchvision is needed).
 
 ## Training
-- command: `{command}`
-- data: `recap.suite` samples, training seed {train_seed} (round-robin over families, length-bucketed
-  batches of {batch_size}), tokenizer (byte-level BPE, {vocab} tokens) trained on seed {tokenizer_seed}
-- {steps} steps, AdamW, peak lr {lr}, cosine to 10%, bf16 autocast: {bf16}
-- time: {minutes} minutes on {machine} (2-core CPU shared with a second training run)
-- loss (answer tokens): {loss_summary}
-- weights stored in float16; load in float32 for exact (lossless) comparisons
+Tokenizer: byte-level BPE, {vocab} tokens, trained on suite text of seed {tokenizer_seed}.
+Loss on answer tokens only; AdamW, cosine learning rate to 10% of the peak; weights stored in
+float16 (load in float32 for exact, lossless comparisons). Total training time {minutes:.0f} minutes
+on a 2-core x86 CPU, one torch thread, shared with the other model's training run.
+
+{phases}
 
 ## Held-out evaluation
 {eval_table}
 
 Accuracy is the share of greedy answers whose checkable field (colour, count, text read,
-bar value, option letter, final number, ...) is right (`recap.suite.check_answer`).
+bar value, option letter, final number, ...) is right (`recap.suite.check_answer`). The
+"with another image" column scores the answers to the same prompts asked with the next
+sample's image: what the prompt alone gets right, the model's chance level.
 """
+
+PHASE = """### Phase {number}: {start}
+- command: `{command}`
+- data: suite samples of training seed {train_seed}, round-robin over families; per step {batch}
+- {steps} steps, peak lr {lr}, bf16 autocast: {bf16}; {minutes} minutes
+- loss (full answers{short_note}): {loss_summary}"""
+
+
+def phases(training: dict) -> list[dict]:
+    """The training phases, oldest first (each phase's summary names the one it started from)."""
+    chain = []
+    while training is not None:
+        chain.append(training)
+        training = training.get("init_training")
+    return chain[::-1]
+
+
+def loss_summary(phase: dict) -> str:
+    history = phase["loss_history"]
+    marks = [history[0]] + [h for h in history if h["step"] % max(1, phase["steps"] // 5) == 0]
+    short = "short_loss" in history[-1]
+    return ", ".join(
+        f"{h['loss']:.3f}" + (f" / {h['short_loss']:.3f}" if short else "") + f" at step {h['step']}" for h in marks
+    )
+
+
+def render_phase(number: int, phase: dict, command: str) -> str:
+    short = phase.get("short_batch_size", 0)
+    batch = f"{phase['batch_size']} full answers (length-bucketed)"
+    if short:
+        batch += f" + {short} short-answer items (`recap.zoo.train.short_answer`)"
+    return PHASE.format(
+        number=number,
+        start="from random weights" if number == 1 else f"from phase {number - 1}'s weights",
+        command=command,
+        train_seed=phase["train_seed"],
+        batch=batch,
+        steps=phase["steps"],
+        lr=phase["lr"],
+        bf16=phase["bf16_autocast"],
+        minutes=phase["minutes"],
+        short_note=" / short answers" if short else "",
+        loss_summary=loss_summary(phase),
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, required=True, help="training output folder (with final/)")
     parser.add_argument("--name", required=True)
-    parser.add_argument("--command", required=True, help="the exact training command, for the card")
+    parser.add_argument(
+        "--command", action="append", required=True, help="the exact training command of each phase, oldest first"
+    )
     parser.add_argument("--eval-samples", type=int, default=25)
     args = parser.parse_args()
 
+    training = json.loads((args.run / "final" / "training.json").read_text())
+    chain = phases(training)
+    if len(args.command) != len(chain):
+        parser.error(f"{len(chain)} training phases found; give one --command per phase")
     target = ROOT / args.name
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(args.run / "final", target, ignore=shutil.ignore_patterns("training.json"))
-    training = json.loads((args.run / "final" / "training.json").read_text())
     (target / "training.json").write_text(json.dumps(training, indent=1))
 
     from recap import zoo
@@ -67,9 +117,6 @@ def main() -> None:
     torch.set_num_threads(2)
     result = evaluate(model, processor, args.eval_samples)
     (target / "evaluation.json").write_text(json.dumps(result, indent=1))
-    history = training["loss_history"]
-    marks = [history[0]] + [h for h in history if h["step"] % max(1, training["steps"] // 5) == 0]
-    loss_summary = ", ".join(f"{h['loss']:.3f} at step {h['step']}" for h in marks)
     card = CARD.format(
         name=args.name,
         params=training["parameters"] / 1e6,
@@ -77,17 +124,10 @@ def main() -> None:
         target="Qwen2.5-VL-7B (M-RoPE, windowed vision tower, patch merger)"
         if "qwen" in args.name
         else "LLaVA-1.6 (CLIP tower, anyres tiling with pinpoints)",
-        command=args.command,
-        train_seed=training["train_seed"],
-        batch_size=training["batch_size"],
         vocab=training["vocab_size"],
         tokenizer_seed=training["tokenizer_seed"],
-        steps=training["steps"],
-        lr=training["lr"],
-        bf16=training["bf16_autocast"],
-        minutes=training["minutes"],
-        machine=training["machine"],
-        loss_summary=loss_summary,
+        minutes=sum(p["minutes"] for p in chain),
+        phases="\n\n".join(render_phase(i + 1, p, c) for i, (p, c) in enumerate(zip(chain, args.command))),
         eval_table=markdown(result),
     )
     (target / "README.md").write_text(card)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import torch
+from tiny_models import build
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 import recap
@@ -17,12 +18,25 @@ from recap.zoo.processors import register
 
 def test_training_smoke_run_resumes_and_saves_a_loadable_model(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    args = ["--arch", "qwen2.5-vl", "--out", str(out), "--batch-size", "2", "--tokenizer-samples", "5",
-            "--vocab-size", "400", "--checkpoint-every", "1", "--log-every", "1", "--warmup", "1"]
+    args = ["--arch", "qwen2.5-vl", "--out", str(out), "--batch-size", "2", "--short-batch-size", "2",
+            "--tokenizer-samples", "5", "--vocab-size", "400", "--checkpoint-every", "1", "--log-every", "1",
+            "--warmup", "1"]
     train.main([*args, "--steps", "1"])
     train.main([*args, "--steps", "2"])  # resumes from the step-1 checkpoint
     summary = json.loads((out / "final" / "training.json").read_text())
     assert summary["steps"] == 2 and [h["step"] for h in summary["loss_history"]] == [1, 2]
+    assert all(h["short_loss"] > 0 for h in summary["loss_history"])
+    assert summary["command"].startswith("python -m recap.zoo.train --arch qwen2.5-vl")
+
+    # a second phase starts from the saved model (same tokenizer) and records the first
+    phase2 = tmp_path / "phase2"
+    train.main(["--arch", "qwen2.5-vl", "--out", str(phase2), "--init-from", str(out / "final"), "--steps", "1",
+                "--batch-size", "1", "--short-batch-size", "0", "--warmup", "1", "--data-seed", "7"])
+    second = json.loads((phase2 / "final" / "training.json").read_text())
+    assert second["init_training"]["loss_history"] == summary["loss_history"]
+    assert second["train_seed"] == 7 and "short_loss" not in second["loss_history"][0]
+    assert (phase2 / "final" / "tokenizer.json").read_text() == (out / "final" / "tokenizer.json").read_text()
+
     register()
     model = AutoModelForImageTextToText.from_pretrained(out / "final", dtype=torch.float32).eval()
     processor = AutoProcessor.from_pretrained(out / "final")
@@ -37,3 +51,34 @@ def test_batches_are_deterministic_and_resumable() -> None:
     again = [[s.seed for s in batch] for _, batch in zip(range(3), train.batch_stream(5, 3, 3))]
     assert again == first[3:]
     assert len({seed for batch in first for seed in batch}) == 18
+
+
+def test_short_answer_items_ask_for_the_checkable_field() -> None:
+    samples = [suite.load(family, 1, 3)[0] for family in suite.FAMILIES]
+    for sample in samples:
+        short = train.short_answer(sample)
+        assert short.prompt.endswith("\n" + train.SHORT_INSTRUCTION) and short.reference == sample.check
+        assert short.image is sample.image
+    assert train.short_answer(samples[suite.FAMILIES.index("describe")]).prompt.startswith("How many objects")
+    batches = [[s.seed for s in b] for _, b in zip(range(2), train.short_batch_stream(5, 0, 3))]
+    again = [[s.seed for s in b] for _, b in zip(range(1), train.short_batch_stream(5, 1, 3))]
+    assert again == batches[1:]
+    long_seeds = {s.seed for b in zip(range(2), train.batch_stream(5, 0, 3)) for s in b[1]}
+    assert long_seeds.isdisjoint(seed for b in batches for seed in b)  # scenes of their own
+
+
+def test_fast_patch_embedding_matches_the_conv3d() -> None:
+    model = build("qwen2_5_vl")[0].float()
+    embed = model.model.visual.patch_embed
+    c, t, p = embed.in_channels, embed.temporal_patch_size, embed.patch_size
+    pixels = torch.randn(12, c * t * p * p, requires_grad=True)  # [patches, C*T*P*P], as the processor gives
+    expected = embed(pixels)
+    (expected**2).sum().backward()
+    conv_grads = (pixels.grad.clone(), embed.proj.weight.grad.clone())
+    pixels.grad, embed.proj.weight.grad = None, None
+    train.fast_patch_embedding(model)
+    got = embed(pixels)
+    (got**2).sum().backward()
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(pixels.grad, conv_grads[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(embed.proj.weight.grad, conv_grads[1], rtol=1e-4, atol=1e-4)

@@ -5,7 +5,9 @@
 Greedy decoding with the model's own ``generate``. Accuracy is the share of answers whose
 checkable field (colour, count, text read, bar value, letter, final number) is right.
 Image dependence: each prompt is asked again with the image of the next sample of the same
-family; the share of pairs whose greedy answers differ is reported.
+family; the share of pairs whose greedy answers differ is reported, and so is the accuracy of
+those wrong-image answers against the original sample: the model's own chance level, what
+the prompt alone gets right (e.g. half of the two-way questions).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def evaluate(
     pairs = differ = 0
     for family in suite.FAMILIES:
         items = suite.load(family, samples + 1, seed)
-        correct = 0
+        correct = blind = 0
         examples = []
         for i in range(samples):
             sample, other = items[i], items[i + 1]
@@ -50,9 +52,15 @@ def evaluate(
             swapped = greedy(model, processor, sample.prompt, other.image, max_new_tokens)
             pairs += 1
             differ += swapped != tokens
+            blind += suite.check_answer(sample, decode(processor, swapped))
             if i < 2:
                 examples.append({"prompt": sample.prompt, "answer": text, "expected": sample.check})
-        families[family] = {"accuracy": correct / samples, "samples": samples, "examples": examples}
+        families[family] = {
+            "accuracy": correct / samples,
+            "wrong_image_accuracy": blind / samples,
+            "samples": samples,
+            "examples": examples,
+        }
     accuracies = [f["accuracy"] for f in families.values()]
     return {
         "seed": seed,
@@ -65,10 +73,13 @@ def evaluate(
 
 
 def markdown(result: dict[str, Any]) -> str:
-    lines = ["| family | accuracy |", "|---|---|"]
-    lines += [f"| {name} | {f['accuracy']:.0%} |" for name, f in result["families"].items()]
+    lines = ["| family | accuracy | with another image (chance) |", "|---|---|---|"]
     lines += [
-        f"| **mean** | **{result['mean_accuracy']:.0%}** |",
+        f"| {name} | {f['accuracy']:.0%} | {f['wrong_image_accuracy']:.0%} |" for name, f in result["families"].items()
+    ]
+    chance = statistics.fmean(f["wrong_image_accuracy"] for f in result["families"].values())
+    lines += [
+        f"| **mean** | **{result['mean_accuracy']:.0%}** | {chance:.0%} |",
         "",
         f"- held-out seed {result['seed']}, {result['samples_per_family']} samples per family, greedy decoding",
         f"- image dependence: changing only the image changed the greedy answer in "
