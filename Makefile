@@ -21,6 +21,7 @@ test: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff format --check src tests benchmarks scripts
 
 # Host-side overhead of one RECAP step (63-node tree, k = 8), without a model.
 overhead: $(VENV)/.installed

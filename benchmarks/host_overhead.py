@@ -75,8 +75,10 @@ def main() -> None:
             times["observe"].append(t5 - t4)
             times["total"].append((t2 - t0) + (t5 - t3))
             nodes.append(len(tree))
-    print(f"RECAP host overhead per step: vocab {args.vocab}, k {config.k}, budget {args.budget}, "
-          f"mean tree size {statistics.mean(nodes):.1f} nodes, {len(nodes)} steps")
+    print(
+        f"RECAP host overhead per step: vocab {args.vocab}, k {config.k}, budget {args.budget}, "
+        f"mean tree size {statistics.mean(nodes):.1f} nodes, {len(nodes)} steps"
+    )
     for name, values in times.items():
         ms = np.asarray(values) * 1000
         print(f"  {name:8s} median {np.median(ms):.3f} ms   p90 {np.percentile(ms, 90):.3f} ms")

@@ -168,8 +168,9 @@ def test_build_tree_is_best_first_within_budget_depth_and_width() -> None:
             q = np.sort(rng.uniform(0.01, 1.0, 3))[::-1].tolist()
             table[t] = list(zip(ids, q))
         budget, depth = int(rng.integers(0, 25)), int(rng.integers(1, 6))
-        tree = build_tree((0,), table_candidates(table), budget=budget, max_depth=depth, max_width=width,
-                          hit_mass=config.hit_mass).freeze()
+        tree = build_tree(
+            (0,), table_candidates(table), budget=budget, max_depth=depth, max_width=width, hit_mass=config.hit_mass
+        ).freeze()
         expected = brute_force_best(table, 0, budget, depth, width, config.hit_mass)
         assert sorted(tree_paths(tree)) == sorted(expected), trial
         assert len(tree) - 1 <= budget and int(tree.depths.max()) <= depth
@@ -179,8 +180,9 @@ def test_build_tree_is_best_first_within_budget_depth_and_width() -> None:
 def test_build_tree_skip_rules_and_depth_first_layout() -> None:
     # 1 -> 2 -> 1 -> 2 would reuse the edge (1, 2); 9 is blocked
     table = {1: [(9, 0.9), (2, 0.8), (3, 0.1)], 2: [(1, 0.9)], 3: [], 9: [(1, 1.0)]}
-    tree = build_tree((1,), table_candidates(table), budget=10, max_depth=10, max_width=8,
-                      hit_mass=lambda d: 1.0, blocked={9}).freeze()
+    tree = build_tree(
+        (1,), table_candidates(table), budget=10, max_depth=10, max_width=8, hit_mass=lambda d: 1.0, blocked={9}
+    ).freeze()
     paths = tree_paths(tree)
     assert (9,) not in paths
     assert paths == [(2,), (2, 1), (2, 1, 3), (3,)]  # depth-first, best child first
@@ -229,8 +231,12 @@ def test_recap_writes_every_key_order_per_scope(scope: str) -> None:
     assert accepted.path == [0, 1, 2]
     drafter.observe(tree, topk, accepted, [20, 21, 99])
     nodes = [0, 1, 2, 3] if scope == "full-tree" else [0, 1, 2]
-    keys = {0: ((13,), (12, 13), (11, 12, 13)), 1: ((20,), (13, 20), (12, 13, 20)),
-            2: ((21,), (20, 21), (13, 20, 21)), 3: ((22,), (13, 22), (12, 13, 22))}
+    keys = {
+        0: ((13,), (12, 13), (11, 12, 13)),
+        1: ((20,), (13, 20), (12, 13, 20)),
+        2: ((21,), (20, 21), (13, 20, 21)),
+        3: ((22,), (13, 22), (12, 13, 22)),
+    }
     for node, (k1, k2, k3) in keys.items():
         expected = topk.ids[node].tolist() if node in nodes else None
         got1 = memory.row(k1[0])

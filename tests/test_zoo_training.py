@@ -18,9 +18,11 @@ from recap.zoo.processors import register
 
 def test_training_smoke_run_resumes_and_saves_a_loadable_model(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    args = ["--arch", "qwen2.5-vl", "--out", str(out), "--batch-size", "2", "--short-batch-size", "2",
-            "--tokenizer-samples", "5", "--vocab-size", "400", "--checkpoint-every", "1", "--log-every", "1",
-            "--warmup", "1"]
+    args = [
+        *"--arch qwen2.5-vl --batch-size 2 --short-batch-size 2 --tokenizer-samples 5 --vocab-size 400".split(),
+        *"--checkpoint-every 1 --log-every 1 --warmup 1 --out".split(),
+        str(out),
+    ]
     train.main([*args, "--steps", "1"])
     train.main([*args, "--steps", "2"])  # resumes from the step-1 checkpoint
     summary = json.loads((out / "final" / "training.json").read_text())
@@ -30,8 +32,8 @@ def test_training_smoke_run_resumes_and_saves_a_loadable_model(tmp_path: Path) -
 
     # a second phase starts from the saved model (same tokenizer) and records the first
     phase2 = tmp_path / "phase2"
-    train.main(["--arch", "qwen2.5-vl", "--out", str(phase2), "--init-from", str(out / "final"), "--steps", "1",
-                "--batch-size", "1", "--short-batch-size", "0", "--warmup", "1", "--data-seed", "7"])
+    phase2_args = "--arch qwen2.5-vl --steps 1 --batch-size 1 --short-batch-size 0 --warmup 1 --data-seed 7".split()
+    train.main([*phase2_args, "--out", str(phase2), "--init-from", str(out / "final")])
     second = json.loads((phase2 / "final" / "training.json").read_text())
     assert second["init_training"]["loss_history"] == summary["loss_history"]
     assert second["train_seed"] == 7 and "short_loss" not in second["loss_history"][0]
