@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from recap import DraftTree, RecapConfig, Source, TokenMemory, TopK
-from recap.accept import accept_greedy
+from recap.accept import Acceptance, accept_greedy
 from recap.drafters import RecapDrafter
 from recap.drafters.prompt_lookup import lookup_continuation
 from recap.drafters.token_recycling import Template, TokenRecyclingDrafter
@@ -323,3 +323,24 @@ def test_prefill_seeds_token_memory_at_first_occurrences_and_context_memories_ev
     assert memory.row(5)[0] == make_topk(1).ids[0].tolist()  # first occurrence (position 0)
     assert drafter.context[2].get((5, 6))[0] == make_topk(2).ids[1].tolist()  # positions 0-1, first wins
     assert drafter.context[2].get((500, 7)) is None and drafter.context[3].get((7, 5, 6)) is not None
+
+
+def test_frequency_fallback_drafts_the_requests_most_frequent_tokens_where_no_row_exists() -> None:
+    prompt = [5, 5, 500, 500, 500, 6, 5, 7, 6]  # 500 is an image placeholder: never counted
+    drafter = RecapDrafter(RecapConfig(suffix_tokens=0, k=4, max_width=4), TokenMemory(1000), frozenset({500}))
+    drafter.begin(prompt, [], None)
+    tree = drafter.propose([9])  # nothing is known about 9 (or about anything)
+    root_children = tree.tokens[tree.parents == 0].tolist()
+    assert root_children == [5, 6, 7]  # counts 3, 2, 1
+    assert set(tree.sources[1:].tolist()) == {int(Source.FREQUENCY)}
+    assert drafter.frequent_tokens()[1] == [3 / 6, 2 / 6, 1 / 6]
+
+    # committed output counts too
+    tree = drafter.propose([9])
+    drafter.observe(tree, make_topk(len(tree)), Acceptance(path=[0], bonus=7), committed=[7, 7, 7])
+    assert drafter.frequent_tokens()[0][0] == 7
+
+    # a known context uses its row, not the fallback; switched off, an unknown root has no children
+    off = RecapDrafter(RecapConfig(suffix_tokens=0, frequency_fallback=False), TokenMemory(1000), frozenset({500}))
+    off.begin(prompt, [], None)
+    assert len(off.propose([9])) == 1

@@ -23,7 +23,10 @@ class RecapConfig:
     length of the suffix-matched continuation grafted from the root (0 turns it off);
     ``write_scope`` which verified nodes write rows; ``persistent`` whether the token memory
     is kept across requests; ``seed_from_prefill`` whether prompt logits seed it, and
-    ``seed_context_from_prefill`` whether they also seed the 2-/3-token memories.
+    ``seed_context_from_prefill`` whether they also seed the 2-/3-token memories;
+    ``frequency_fallback`` whether a node whose context has no row in any memory gets the
+    request's ``k`` most frequent tokens as candidates (q = their share of the request's
+    tokens) instead of no children.
 
     Prompt lookup: ``pld_max_ngram`` / ``pld_min_ngram`` the n-gram sizes tried, longest
     first, and ``pld_num_tokens`` the chain length drafted.
@@ -42,6 +45,7 @@ class RecapConfig:
     persistent: bool = True
     seed_from_prefill: bool = True
     seed_context_from_prefill: bool = False
+    frequency_fallback: bool = True
     pld_max_ngram: int = 3
     pld_min_ngram: int = 1
     pld_num_tokens: int = 10

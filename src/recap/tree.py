@@ -18,6 +18,7 @@ class Source(IntEnum):
     SUFFIX = 4  # the suffix-matched continuation
     TEMPLATE = 5  # Token Recycling's static template
     NGRAM = 6  # prompt lookup
+    FREQUENCY = 7  # RECAP's fallback: the request's most frequent tokens
 
 
 @dataclass(frozen=True)

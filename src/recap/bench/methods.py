@@ -40,6 +40,7 @@ def ablation_specs() -> list[MethodSpec]:
         "recap[fusion=fixed]": base.replace(fusion="fixed"),
         "recap[no-suffix]": base.replace(suffix_tokens=0),
         "recap[no-persistence]": base.replace(persistent=False),
+        "recap[no-fallback]": base.replace(frequency_fallback=False),
         "recap[budget=31]": base.replace(node_budget=31),
         "recap[budget=95]": base.replace(node_budget=95),
     }

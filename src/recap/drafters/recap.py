@@ -3,6 +3,7 @@ entropy-confidence weighting, drafted as a best-first tree plus a suffix continu
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -13,7 +14,7 @@ from ..fusion import Fused, fuse_rows
 from ..memory import ContextMemory, Row, TokenMemory
 from ..suffix import SuffixIndex
 from ..topk import TopK
-from ..tree import DraftTree
+from ..tree import DraftTree, Source
 from ..tree_builder import build_tree
 
 
@@ -41,6 +42,8 @@ class RecapDrafter:
         self._use = set(config.key_orders)
         self._use1, self._use2, self._use3 = (o in self._use for o in (1, 2, 3))
         self._root_context: tuple[int, ...] = ()
+        self._counts: Counter[int] = Counter()  # text tokens of this request (prompt + output)
+        self._fallback: Fused | None = None  # cached until the next commit
 
     # -- request lifecycle -------------------------------------------------------------
     def prefill_positions(self, prompt_ids: Sequence[int]) -> list[int]:
@@ -74,6 +77,8 @@ class RecapDrafter:
                 self._seed_context(ids, at, prompt_topk)
         self.suffix = SuffixIndex()
         self.suffix.extend(collapse_runs(prompt_ids, self.blocked))
+        self._counts = Counter(t for t in prompt_ids if t not in self.blocked)
+        self._fallback = None
 
     def _seed_context(self, ids: np.ndarray, at: np.ndarray, topk: TopK) -> None:
         """Rows of the prompt's text positions under their last 2 and 3 prompt tokens."""
@@ -110,7 +115,23 @@ class RecapDrafter:
             row = self.memory.row(context[-1])
             if row is not None:
                 rows.append((1, row))
+        if not rows and self.config.frequency_fallback:
+            return self.frequent_tokens()
         return fuse_rows(rows, self.config.fusion, self.config.specificity)
+
+    def frequent_tokens(self) -> Fused:
+        """The fallback for a context no memory knows: the request's ``k`` most frequent text
+        tokens, q = their share. Drafting them also gives those nodes rows once verified,
+        which is how coverage grows from a cold start."""
+        if self._fallback is None:
+            total = sum(self._counts.values()) or 1
+            top = self._counts.most_common(self.config.k)
+            self._fallback = (
+                [t for t, _ in top],
+                [c / total for _, c in top],
+                [int(Source.FREQUENCY)] * len(top),
+            )
+        return self._fallback
 
     def propose(self, history: Sequence[int]) -> DraftTree:
         cfg = self.config
@@ -145,6 +166,8 @@ class RecapDrafter:
         if self._use & {2, 3}:
             self._write_context(tree, topk, nodes)
         self.suffix.extend(collapse_runs(committed, self.blocked))
+        self._counts.update(t for t in committed if t not in self.blocked)
+        self._fallback = None
 
     def _write_context(self, tree: DraftTree, topk: TopK, nodes: np.ndarray) -> None:
         """Write each node's row under its last 2 and 3 tokens along its own path."""
