@@ -45,7 +45,7 @@ bar value, option letter, final number, ...) is right (`recap.suite.check_answer
 sample's image: what the prompt alone gets right, the model's chance level.
 """
 
-PHASE = """### Phase {number}: {start}
+PHASE = """### Phase {number}: {start}{rescale}
 - command: `{command}`
 - data: suite samples of training seed {train_seed}, round-robin over families; per step {batch}
 - {steps} steps, peak lr {lr}, bf16 autocast: {bf16}; {minutes} minutes
@@ -78,6 +78,12 @@ def render_phase(number: int, phase: dict, command: str) -> str:
     return PHASE.format(
         number=number,
         start="from random weights" if number == 1 else f"from phase {number - 1}'s weights",
+        rescale=(
+            f", image features first scaled to mean norm {phase['image_feature_norm']:g}"
+            " (`recap.zoo.train.rescale_image_features`)"
+            if phase.get("image_feature_norm")
+            else ""
+        ),
         command=command,
         train_seed=phase["train_seed"],
         batch=batch,

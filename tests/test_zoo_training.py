@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from tiny_models import build
 from transformers import AutoModelForImageTextToText, AutoProcessor
@@ -84,3 +85,13 @@ def test_fast_patch_embedding_matches_the_conv3d() -> None:
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(pixels.grad, conv_grads[0], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(embed.proj.weight.grad, conv_grads[1], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen2.5-vl", "tiny-llava-next"])
+def test_rescale_image_features_sets_the_mean_norm(name: str) -> None:
+    model, processor = recap.zoo.load(name)
+    images = [suite.load(family, 1, 11)[0].image for family in ("ocr", "chart")]
+    original = train.image_feature_norm(model, processor, images)
+    before, after = train.rescale_image_features(model, processor, 37.0, seed=11)
+    assert before > 37.0 and abs(after - 37.0) < 0.37  # LLaVA's row-end newline embeddings are not scaled
+    assert abs(train.image_feature_norm(model, processor, images) - original * 37.0 / before) < 1e-2 * original

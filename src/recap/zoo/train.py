@@ -139,6 +139,41 @@ def fast_patch_embedding(model: torch.nn.Module) -> None:
     embed.forward = forward
 
 
+def projector_output(model: torch.nn.Module) -> torch.nn.Linear:
+    """The last linear layer of the module that maps vision features into the text model."""
+    inner = getattr(model, "model", model)
+    projector = getattr(inner, "multi_modal_projector", None)
+    if projector is None:
+        projector = inner.visual.merger
+    return [m for m in projector.modules() if isinstance(m, torch.nn.Linear)][-1]
+
+
+@torch.no_grad()
+def image_feature_norm(model: torch.nn.Module, processor: Any, images: list) -> float:
+    """Mean L2 norm of the image tokens' input embeddings (the projector's output) on ``images``."""
+    inputs = processor.image_processor(images=images, return_tensors="pt")
+    extra = {k: inputs[k] for k in ("image_grid_thw", "image_sizes") if k in inputs}
+    features = getattr(model, "model", model).get_image_features(pixel_values=inputs["pixel_values"], **extra)
+    features = getattr(features, "pooler_output", features)
+    return float(torch.cat([f.reshape(-1, f.shape[-1]) for f in features]).norm(dim=-1).mean())
+
+
+def rescale_image_features(model: torch.nn.Module, processor: Any, target: float, seed: int) -> tuple[float, float]:
+    """Scale the projector's output layer so image tokens enter the text model with mean norm
+    ``target``. Image embeddings far larger than the text residual stream (LLaVA's grew to
+    ~4000 vs ~100) pass through every decoder layer almost unchanged, so the text model cannot
+    process them, and the gradient into the vision path shrinks by the same factor. LLaVA-NeXT's
+    row-end newline embeddings (norm ~1) are left as they are. Returns the norm before and after."""
+    images = [suite.generate(f, suite.sample_seed(f, seed, i)).image for i in range(2) for f in suite.FAMILIES]
+    before = image_feature_norm(model, processor, images)
+    layer = projector_output(model)
+    with torch.no_grad():
+        layer.weight.mul_(target / before)
+        if layer.bias is not None:
+            layer.bias.mul_(target / before)
+    return before, image_feature_norm(model, processor, images)
+
+
 def learning_rate(step: int, steps: int, peak: float, warmup: int) -> float:
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -162,6 +197,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--short-batch-size", type=int, default=16, help="short-answer items per step (0: none)")
     parser.add_argument("--data-seed", type=int, default=TRAIN_SEED, help="seed of the training samples")
     parser.add_argument("--init-from", type=Path, help="start from this saved model folder instead of random weights")
+    parser.add_argument(
+        "--image-feature-norm",
+        type=float,
+        help="before training, scale the projector's output so image tokens have this mean norm",
+    )
     parser.add_argument("--lr", type=float, default=1.5e-3)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
@@ -202,9 +242,13 @@ def main(argv: list[str] | None = None) -> None:
         )
     else:
         model = make_model(args.arch, processor.tokenizer)
+    checkpoint = args.out / "checkpoint.pt"
+    if args.image_feature_norm and not checkpoint.is_file():
+        model.eval()
+        before, after = rescale_image_features(model, processor, args.image_feature_norm, args.data_seed)
+        print(f"image feature norm {before:.1f} -> {after:.1f}", flush=True)
     fast_patch_embedding(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
-    checkpoint = args.out / "checkpoint.pt"
     start, history, elapsed_before = 0, [], 0.0
     if checkpoint.is_file():
         state = torch.load(checkpoint, weights_only=False)
@@ -270,6 +314,7 @@ def main(argv: list[str] | None = None) -> None:
         "batch_size": args.batch_size,
         "short_batch_size": args.short_batch_size,
         "lr": args.lr,
+        "image_feature_norm": args.image_feature_norm,
         "warmup": args.warmup,
         "seed": args.seed,
         "train_seed": args.data_seed,
