@@ -9,6 +9,7 @@ import pytest
 
 from recap import DraftTree, RecapConfig, Source, TokenMemory, TopK
 from recap.accept import Acceptance, accept_greedy
+from recap.budget import BudgetTuner, candidate_budgets
 from recap.drafters import RecapDrafter
 from recap.drafters.prompt_lookup import lookup_continuation
 from recap.drafters.token_recycling import Template, TokenRecyclingDrafter
@@ -175,6 +176,48 @@ def test_build_tree_is_best_first_within_budget_depth_and_width() -> None:
         assert sorted(tree_paths(tree)) == sorted(expected), trial
         assert len(tree) - 1 <= budget and int(tree.depths.max()) <= depth
         assert max(np.bincount(tree.parents[1:] + 1, minlength=1).tolist() + [0]) <= max(width, 1)
+
+
+def test_ranks_give_the_tree_of_every_smaller_budget() -> None:
+    rng = np.random.default_rng(4)
+    hit_mass = RecapConfig().hit_mass
+    for trial in range(20):
+        table = {
+            t: list(zip(rng.permutation(8)[:4].tolist(), sorted(rng.uniform(0.01, 1, 4), reverse=True)))
+            for t in range(8)
+        }
+
+        def grow(budget: int, table: dict = table) -> TreeLists:
+            return build_tree((0,), table_candidates(table), budget=budget, max_depth=6, max_width=3, hit_mass=hit_mass)
+
+        lists = grow(40)
+        before = lists.freeze()
+        assert before.ranks[0] == -1 and sorted(before.ranks[1:].tolist()) == list(range(len(before) - 1))
+        suffix = [int(t) for t in rng.integers(8, size=3)]
+        lists.graft(suffix)
+        after = lists.freeze()
+        for budget in (1, 5, 17):
+            expected = set(tree_paths(grow(budget).freeze()))
+            assert {p for p, r in zip(tree_paths(before), before.ranks[1:]) if r < budget} == expected, trial
+            kept = {p for p, r in zip(tree_paths(after), after.ranks[1:]) if r < budget}
+            assert kept == expected | {tuple(suffix[:n]) for n in range(1, 4)}, trial  # the suffix path: any budget
+
+
+def test_budget_tuner_picks_the_fastest_budget_from_what_it_measured() -> None:
+    assert candidate_budgets(63) == [63, 31, 15, 7, 3] and candidate_budgets(2) == [2, 1]
+    ranks = [0, 3, 20, 40]  # the accepted path of every step: nodes of these best-first ranks
+    cheap, costly = BudgetTuner(63), BudgetTuner(63)
+    for _ in range(40):
+        for tuner, cost_per_node in ((cheap, 0.0), (costly, 0.01)):
+            budget = tuner.choose()
+            tuner.record(budget, 0.05 + cost_per_node * budget, ranks)
+    # tokens per step at each budget: the bonus + the leading accepted nodes of rank < budget
+    assert [cheap.tokens(b) for b in (63, 31, 15, 3)] == [5.0, 4.0, 3.0, 2.0]
+    assert cheap.best() == 63  # a flat cost (a GPU): the biggest tree
+    # 0.05 + 0.01 B seconds: 5/0.68, 4/0.36, 3/0.2, 2/0.12, 2/0.08 tokens/s; 7 wins (ties go to the larger)
+    assert costly.best() == 7 and abs(costly.seconds(31) - 0.36) < 1e-9
+    choices = [costly.choose() for _ in range(16)]
+    assert choices.count(63) == 2 and choices.count(7) == 14  # every 8th step explores the largest
 
 
 def test_build_tree_skip_rules_and_depth_first_layout() -> None:

@@ -213,7 +213,9 @@ def test_parse_methods_adds_reference() -> None:
     assert [s.name for s in parse_methods("ar,recap")] == [REFERENCE, "ar", "recap"]
     assert [s.name for s in parse_methods("recap,generate")] == ["recap", "generate"]
     assert [s.name for s in parse_methods(",".join(ALL_METHODS))] == list(ALL_METHODS)
-    with pytest.raises(ValueError, match="unknown method 'fast'"):
+    variant = parse_methods("recap[adaptive-budget]")[1]
+    assert variant.kind == "recap" and variant.config.adaptive_budget
+    with pytest.raises(ValueError, match="unknown method 'fast'.*recap\\[budget=31\\]"):
         parse_methods("ar,fast")
 
 

@@ -81,6 +81,7 @@ def test_eos_inside_an_accepted_path(arch: str) -> None:
         dict(node_budget=95, max_depth=16, suffix_tokens=8),
         dict(persistent=False, seed_from_prefill=False),
         dict(frequency_fallback=False),
+        dict(adaptive_budget=True),
         dict(seed_context_from_prefill=True),
         dict(k=4, max_width=4),
     ],

@@ -120,9 +120,13 @@ def bench(
     data: Annotated[Path | None, typer.Option(help='JSONL file of {"image": path, "prompt": text} rows')] = None,
     samples: Annotated[int, typer.Option(min=1, help="requests per suite family (with --data: rows at most)")] = 5,
     seed: Annotated[int, typer.Option(help="suite seed (the embedded models were trained on other seeds)")] = 0,
-    methods: Annotated[str, typer.Option(help="comma-separated; 'generate' is always added as the reference")] = (
-        "generate,hf-prompt-lookup,ar,pld,token_recycling,recap"
-    ),
+    methods: Annotated[
+        str,
+        typer.Option(
+            help="comma-separated methods or RECAP variants such as 'recap[adaptive-budget]' (the --ablate names); "
+            "'generate' is always added as the reference"
+        ),
+    ] = ("generate,hf-prompt-lookup,ar,pld,token_recycling,recap"),
     max_new_tokens: Annotated[int, typer.Option(min=1)] = 200,
     memory: Annotated[
         str, typer.Option(help="warm: persistent memories carried across requests; cold: reset")
@@ -152,7 +156,9 @@ def bench(
     if threads:
         torch.set_num_threads(threads)
     try:
-        specs = parse_methods(methods) + (ablation_specs() if ablate else [])
+        specs = parse_methods(methods)
+        if ablate:
+            specs += [spec for spec in ablation_specs() if spec.name not in {s.name for s in specs}]
         if data is not None:
             requests = jsonl_requests(data, limit=samples)
             warmup = requests[0]

@@ -26,7 +26,9 @@ class RecapConfig:
     ``seed_context_from_prefill`` whether they also seed the 2-/3-token memories;
     ``frequency_fallback`` whether a node whose context has no row in any memory gets the
     request's ``k`` most frequent tokens as candidates (q = their share of the request's
-    tokens) instead of no children.
+    tokens) instead of no children. ``adaptive_budget``: pick each step's node budget among
+    ``node_budget`` and its halves, whichever commits the most tokens per second on this
+    machine (``recap.budget``; the output is the same at any budget).
 
     Prompt lookup: ``pld_max_ngram`` / ``pld_min_ngram`` the n-gram sizes tried, longest
     first, and ``pld_num_tokens`` the chain length drafted.
@@ -46,6 +48,7 @@ class RecapConfig:
     seed_from_prefill: bool = True
     seed_context_from_prefill: bool = False
     frequency_fallback: bool = True
+    adaptive_budget: bool = False
     pld_max_ngram: int = 3
     pld_min_ngram: int = 1
     pld_num_tokens: int = 10
@@ -67,6 +70,8 @@ class RecapConfig:
         object.__setattr__(self, "specificity", tuple(float(s) for s in self.specificity))
         if self.node_budget < 0:
             fail("node_budget", "must be >= 0 (0 drafts nothing)")
+        if self.adaptive_budget and self.node_budget < 1:
+            fail("node_budget", "must be >= 1 with adaptive_budget=True (it is the largest budget tried)")
         if self.max_depth < 1:
             fail("max_depth", "must be >= 1")
         if not 1 <= self.max_width <= self.k:

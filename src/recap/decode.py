@@ -12,6 +12,7 @@ import torch
 
 from .accept import accept_greedy
 from .backends.hf import HFTarget, check_supported, image_token_ids, output_vocab_size
+from .budget import BudgetTuner
 from .config import RecapConfig
 from .drafters import METHODS, PERSISTENT_METHODS, make_drafter, memory_k
 from .errors import InputError, UnsupportedGenerationError
@@ -59,6 +60,18 @@ def default_memory(model: torch.nn.Module, method: str, k: int) -> TokenMemory:
         if key not in per_model:
             per_model[key] = TokenMemory(output_vocab_size(model), k=k, method=method)
         return per_model[key]
+
+
+_default_tuners: weakref.WeakKeyDictionary[torch.nn.Module, dict] = weakref.WeakKeyDictionary()
+
+
+def budget_tuner(model: torch.nn.Module, max_budget: int) -> BudgetTuner:
+    """The budget tuner recap keeps for ``model`` (step times belong to a model and a machine)."""
+    with _memories_lock:
+        per_model = _default_tuners.setdefault(model, {})
+        if max_budget not in per_model:
+            per_model[max_budget] = BudgetTuner(max_budget)
+        return per_model[max_budget]
 
 
 def _eos_ids(model: torch.nn.Module, eos_token_id: int | list[int] | None) -> set[int]:
@@ -156,6 +169,7 @@ def generate(
     eos = _eos_ids(model, eos_token_id)
     blocked = image_token_ids(model)
     drafter = make_drafter(method, config, memory, blocked)
+    tuner = budget_tuner(model, config.node_budget) if method == "recap" and config.adaptive_budget else None
     target = HFTarget(model, memory.k if memory is not None else config.k)
     stats = DecodeStats(method=method)
     prompt_ids = input_ids[0].tolist()
@@ -171,6 +185,8 @@ def generate(
     try:
         while not done:
             t0 = time.perf_counter()
+            if tuner is not None:
+                drafter.node_budget = budget = tuner.choose()
             tree = drafter.propose(history)
             t1 = time.perf_counter()
             greedy, topk = target.verify(tree)
@@ -196,6 +212,8 @@ def generate(
             stats.time_draft += t1 - t0
             stats.time_verify += t2 - t1
             stats.time_update += t3 - t2
+            if tuner is not None and tree.ranks is not None:
+                tuner.record(budget, t3 - t0, tree.ranks[acceptance.path[1:]].tolist())
     finally:
         drafter.end()
         target.close()

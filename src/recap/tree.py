@@ -29,12 +29,15 @@ class DraftTree:
     parents: [N] int64, parent index (-1 for the root), parents[i] < i
     depths:  [N] int64, root depth 0
     sources: [N] int8, ``Source`` of each node
+    ranks:   [N] int64 or None, for budget tuning: node i is drafted by every search with a
+             node budget > ranks[i] (best-first insertion order; -1 at any budget)
     """
 
     tokens: np.ndarray
     parents: np.ndarray
     depths: np.ndarray
     sources: np.ndarray
+    ranks: np.ndarray | None = None
 
     @staticmethod
     def from_lists(tokens: list[int], parents: list[int], sources: list[int] | None = None) -> DraftTree:

@@ -17,13 +17,14 @@ Candidate = tuple[int, float, int]  # token, q, source
 class TreeLists:
     """A tree under construction, as plain lists (node 0 is the root)."""
 
-    __slots__ = ("tokens", "parents", "depths", "sources", "children")
+    __slots__ = ("tokens", "parents", "depths", "sources", "ranks", "children")
 
     def __init__(self, root: int) -> None:
         self.tokens = [root]
         self.parents = [-1]
         self.depths = [0]
         self.sources = [int(Source.ROOT)]
+        self.ranks = [-1]  # best-first insertion order (-1: drafted at any budget)
         self.children: list[list[int]] = [[]]
 
     def add(self, parent: int, token: int, source: int) -> int:
@@ -32,6 +33,7 @@ class TreeLists:
         self.parents.append(parent)
         self.depths.append(self.depths[parent] + 1)
         self.sources.append(source)
+        self.ranks.append(-1)
         self.children.append([])
         self.children[parent].append(node)
         return node
@@ -39,13 +41,14 @@ class TreeLists:
     def depth_first(self) -> TreeLists:
         """The same tree with nodes renumbered in depth-first preorder, children in the
         order they were added (best first), so the likeliest chain is contiguous."""
-        children, tokens, sources = self.children, self.tokens, self.sources
+        children, tokens, sources, ranks = self.children, self.tokens, self.sources, self.ranks
         out = TreeLists(tokens[0])
-        out_tokens, out_parents, out_depths, out_sources, out_children = (
+        out_tokens, out_parents, out_depths, out_sources, out_ranks, out_children = (
             out.tokens,
             out.parents,
             out.depths,
             out.sources,
+            out.ranks,
             out.children,
         )
         stack = [(child, 0) for child in reversed(children[0])]  # (old node, new parent)
@@ -56,18 +59,21 @@ class TreeLists:
             out_parents.append(parent)
             out_depths.append(out_depths[parent] + 1)
             out_sources.append(sources[old])
+            out_ranks.append(ranks[old])
             out_children.append([])
             out_children[parent].append(node)
             stack.extend((child, node) for child in reversed(children[old]))
         return out
 
     def graft(self, path: Sequence[int], source: int = int(Source.SUFFIX)) -> None:
-        """Add ``path`` as a chain below the root, reusing nodes that already hold it."""
+        """Add ``path`` as a chain below the root, reusing nodes that already hold it (which
+        then count as drafted at any budget, like the path's new nodes)."""
         node = 0
         for token in path:
             for child in self.children[node]:
                 if self.tokens[child] == token:
                     node = child
+                    self.ranks[node] = -1
                     break
             else:
                 node = self.add(node, token, source)
@@ -78,6 +84,7 @@ class TreeLists:
             parents=np.asarray(self.parents, dtype=np.int64),
             depths=np.asarray(self.depths, dtype=np.int64),
             sources=np.asarray(self.sources, dtype=np.int8),
+            ranks=np.asarray(self.ranks, dtype=np.int64),
         )
 
 
@@ -99,10 +106,12 @@ def build_tree(
     ``max_depth``. Skipped: tokens in ``blocked`` and an edge (a -> b) already on the path.
     Work is lazy: a node's candidates are fetched only when its best possible child could
     still make the budget, and a sibling is offered only when the previous one is taken.
-    Returns the tree in depth-first layout.
+    Returns the tree in depth-first layout; ``ranks`` holds each node's insertion order, so
+    the nodes of rank < B are exactly the tree a budget of B would have built.
     """
     tree = TreeLists(root_context[-1])
-    tokens, parents, depths, sources, children = tree.tokens, tree.parents, tree.depths, tree.sources, tree.children
+    tokens, parents, depths, sources, ranks = tree.tokens, tree.parents, tree.depths, tree.sources, tree.ranks
+    children = tree.children
     masses = [hit_mass(d) for d in range(1, max_depth + 1)]  # masses[d - 1]: hit mass at depth d
     # per node, filled when it is expanded: its last <= 3 tokens and the edges on its path
     size = budget + 1
@@ -147,6 +156,7 @@ def build_tree(
         parents.append(parent)
         depths.append(depth)
         sources.append(source)
+        ranks.append(node - 1)
         children.append([])
         children[parent].append(node)
         if rank + 1 < len(siblings):

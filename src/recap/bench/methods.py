@@ -31,7 +31,7 @@ class MethodSpec:
 
 
 def ablation_specs() -> list[MethodSpec]:
-    """RECAP variants: key orders, fusion modes, suffix path, persistence, node budgets."""
+    """RECAP variants: key orders, fusion modes, suffix path, persistence, node budgets (fixed and adaptive)."""
     base = RecapConfig()
     variants = {
         "recap[orders=1]": base.replace(key_orders=(1,)),
@@ -43,15 +43,23 @@ def ablation_specs() -> list[MethodSpec]:
         "recap[no-fallback]": base.replace(frequency_fallback=False),
         "recap[budget=31]": base.replace(node_budget=31),
         "recap[budget=95]": base.replace(node_budget=95),
+        "recap[adaptive-budget]": base.replace(adaptive_budget=True),
     }
     return [MethodSpec(name, "recap", config) for name, config in variants.items()]
 
 
 def parse_methods(names: str) -> list[MethodSpec]:
+    """Methods by name: the methods and the RECAP variants of ``ablation_specs``."""
+    variants = {spec.name: spec for spec in ablation_specs()}
     specs = []
     for name in (n.strip() for n in names.split(",") if n.strip()):
+        if name in variants:
+            specs.append(variants[name])
+            continue
         if name not in ALL_METHODS:
-            raise ValueError(f"unknown method {name!r}; choose from {', '.join(ALL_METHODS)}")
+            raise ValueError(
+                f"unknown method {name!r}; choose from {', '.join(ALL_METHODS)} or a variant: {', '.join(variants)}"
+            )
         specs.append(MethodSpec(name, name))
     if REFERENCE not in [s.name for s in specs]:
         specs.insert(0, MethodSpec(REFERENCE, REFERENCE))

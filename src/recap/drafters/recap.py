@@ -44,6 +44,7 @@ class RecapDrafter:
         self._root_context: tuple[int, ...] = ()
         self._counts: Counter[int] = Counter()  # text tokens of this request (prompt + output)
         self._fallback: Fused | None = None  # cached until the next commit
+        self.node_budget = config.node_budget  # set per step by the decode loop when the budget adapts
 
     # -- request lifecycle -------------------------------------------------------------
     def prefill_positions(self, prompt_ids: Sequence[int]) -> list[int]:
@@ -139,7 +140,7 @@ class RecapDrafter:
         lists = build_tree(
             self._root_context,
             self.candidates,
-            budget=cfg.node_budget,
+            budget=self.node_budget,
             max_depth=cfg.max_depth,
             max_width=cfg.max_width,
             hit_mass=cfg.hit_mass,
