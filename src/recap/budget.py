@@ -48,6 +48,7 @@ class BudgetTuner:
         self.explore_every = explore_every
         self._steps: deque[tuple[int, float, tuple[int, ...]]] = deque(maxlen=window)  # budget, seconds, ranks
         self._chosen = 0
+        self._best: tuple[int, int] | None = None  # (budget, step it was estimated at)
         self._lock = threading.Lock()
 
     def choose(self) -> int:
@@ -59,7 +60,9 @@ class BudgetTuner:
             return self.candidates[n % len(self.candidates)]
         if n % self.explore_every == 0:
             return self.candidates[0]
-        return self.best()
+        if self._best is None or n - self._best[1] >= self.explore_every:  # re-estimated once per cycle
+            self._best = (self.best(), n)
+        return self._best[0]
 
     def record(self, budget: int, seconds: float, accepted_ranks: Sequence[int]) -> None:
         """One step: its budget, its duration, and the best-first ranks of its accepted
