@@ -79,9 +79,14 @@ class BudgetTuner:
         return sum(totals) / len(totals) if totals else None
 
     def seconds(self, budget: int) -> float | None:
-        """Predicted seconds of a step with ``budget``: a least-squares line through the
-        median step time of each budget tried (medians, so that a stray slow step, a
-        garbage collection or a busy core, does not move it); None before any step."""
+        """Predicted seconds of a step with ``budget`` (None before any step)."""
+        line = self._cost_line()
+        return None if line is None else _on_line(line, budget)
+
+    def _cost_line(self) -> tuple[float, float, float] | None:
+        """(mean budget, mean seconds, slope) of a least-squares line through the median step
+        time of each budget tried (medians, so that a stray slow step, a garbage collection or
+        a busy core, does not move it); None before any step."""
         with self._lock:
             times: dict[int, list[float]] = {}
             for used, seconds, _ in self._steps:
@@ -93,22 +98,29 @@ class BudgetTuner:
         mean_y = sum(y for _, y in points) / len(points)
         spread = sum((x - mean_x) ** 2 for x, _ in points)
         slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else 0.0
-        slope = max(0.0, slope)  # a bigger tree never costs less
-        return max(1e-9, mean_y + slope * (budget - mean_x))
+        return mean_x, mean_y, max(0.0, slope)  # a bigger tree never costs less
 
     def throughput(self) -> dict[int, float]:
         """Predicted tokens per second of each candidate budget that has data."""
+        line = self._cost_line()
+        if line is None:
+            return {}
         out = {}
         for budget in self.candidates:
-            tokens, seconds = self.tokens(budget), self.seconds(budget)
-            if tokens is not None and seconds is not None:
-                out[budget] = tokens / seconds
+            tokens = self.tokens(budget)
+            if tokens is not None:
+                out[budget] = tokens / _on_line(line, budget)
         return out
 
     def best(self) -> int:
         """The candidate with the highest predicted tokens per second (the largest before any data)."""
         rates = self.throughput()
         return max(rates, key=rates.__getitem__) if rates else self.candidates[0]
+
+
+def _on_line(line: tuple[float, float, float], budget: int) -> float:
+    mean_x, mean_y, slope = line
+    return max(1e-9, mean_y + slope * (budget - mean_x))
 
 
 def _leading_below(ranks: Sequence[int], budget: int) -> int:
