@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import itertools
 import json
 from pathlib import Path
 
@@ -68,6 +70,31 @@ def test_short_answer_items_ask_for_the_checkable_field() -> None:
     assert again == batches[1:]
     long_seeds = {s.seed for b in zip(range(2), train.batch_stream(5, 0, 3)) for s in b[1]}
     assert long_seeds.isdisjoint(seed for b in batches for seed in b)  # scenes of their own
+
+
+def test_short_weights_oversample_families_without_repeating_scenes() -> None:
+    assert train.family_cycle() == list(suite.FAMILIES)
+    cycle = train.family_cycle({"seed": 3, "ocr": 0})
+    assert cycle.count("seed") == 3 and "ocr" not in cycle and cycle.count("chart") == 1
+    weights = train.parse_weights("seed=3, ocr=0")
+    assert weights == {"seed": 3, "ocr": 0}
+    items = [s for _, b in zip(range(4), train.short_batch_stream(5, 0, len(cycle), weights)) for s in b]
+    seeds = [s.seed for s in items if s.family == "seed"]
+    assert len(seeds) == 3 * 4 and len(set(seeds)) == len(seeds)
+    assert not any(s.family == "ocr" for s in items)
+    again = [s.seed for _, b in zip(range(2), train.short_batch_stream(5, 2, len(cycle), weights)) for s in b]
+    assert again == [s.seed for s in items[2 * len(cycle) :]]
+    # the default weights give exactly the unweighted stream (old commands stay reproducible)
+    plain = [s.seed for _, b in zip(range(2), train.short_batch_stream(5, 0, 8)) for s in b]
+    assert plain == [s.seed for _, b in zip(range(2), train.short_batch_stream(5, 0, 8, {})) for s in b]
+    assert [s.seed for s in itertools.islice(train.sample_stream(5, 0), 8)] == [
+        suite.sample_seed(f, 5, 0) for f in suite.FAMILIES
+    ]
+    for bad in ("seed", "seed=x", "nonsense=2", "seed=-1"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            train.parse_weights(bad)
+    with pytest.raises(ValueError, match="no family"):
+        train.family_cycle(dict.fromkeys(suite.FAMILIES, 0))
 
 
 def test_fast_patch_embedding_matches_the_conv3d() -> None:

@@ -47,21 +47,58 @@ def short_answer(sample: suite.Sample) -> suite.Sample:
     return dataclasses.replace(sample, prompt=f"{prompt}\n{SHORT_INSTRUCTION}", reference=sample.check)
 
 
-def sample_stream(seed: int, start: int):
-    """Training samples, round-robin over families, from sample number ``start`` on."""
-    families = suite.FAMILIES
+def family_cycle(weights: dict[str, int] | None = None) -> list[str]:
+    """One round of the family round-robin: each family ``weights.get(family, 1)`` times,
+    spread out (round r holds the families whose weight exceeds r)."""
+    weights = weights or {}
+    unknown = sorted(set(weights) - set(suite.FAMILIES))
+    if unknown:
+        raise ValueError(f"unknown families {unknown}: choose from {', '.join(suite.FAMILIES)}")
+    if any(w < 0 for w in weights.values()):
+        raise ValueError(f"family weights must be >= 0, got {weights}")
+    rounds = max([1, *weights.values()])
+    cycle = [f for r in range(rounds) for f in suite.FAMILIES if weights.get(f, 1) > r]
+    if not cycle:
+        raise ValueError("family weights leave no family to sample")
+    return cycle
+
+
+def sample_stream(seed: int, start: int, weights: dict[str, int] | None = None):
+    """Training samples, round-robin over ``family_cycle(weights)``, from sample number
+    ``start`` on; a family's n-th occurrence gets its n-th sample, so no scene repeats."""
+    cycle = family_cycle(weights)
+    per_cycle = {f: cycle.count(f) for f in cycle}
+    rank = [cycle[:i].count(f) for i, f in enumerate(cycle)]  # occurrence of cycle[i] within a round
     index = start
     while True:
-        family = families[index % len(families)]
-        yield suite.generate(family, suite.sample_seed(family, seed, index // len(families)))
+        position = index % len(cycle)
+        family = cycle[position]
+        number = (index // len(cycle)) * per_cycle[family] + rank[position]
+        yield suite.generate(family, suite.sample_seed(family, seed, number))
         index += 1
 
 
-def short_batch_stream(seed: int, start_batch: int, batch_size: int):
-    """Batches of short-answer items (scenes of their own, ``seed + SHORT_SEED_OFFSET``)."""
-    stream = sample_stream(seed + SHORT_SEED_OFFSET, start_batch * batch_size)
+def short_batch_stream(seed: int, start_batch: int, batch_size: int, weights: dict[str, int] | None = None):
+    """Batches of short-answer items (scenes of their own, ``seed + SHORT_SEED_OFFSET``),
+    families drawn in proportion to ``weights`` (default: 1 each)."""
+    stream = sample_stream(seed + SHORT_SEED_OFFSET, start_batch * batch_size, weights)
     while True:
         yield [short_answer(next(stream)) for _ in range(batch_size)]
+
+
+def parse_weights(text: str) -> dict[str, int]:
+    """``"seed=3,chart=2"`` -> {"seed": 3, "chart": 2}; families not named keep weight 1."""
+    weights: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        family, sep, value = part.partition("=")
+        if not sep or not value.strip().isdigit():
+            raise argparse.ArgumentTypeError(f"expected family=integer pairs like 'seed=3,chart=2', got {part!r}")
+        weights[family.strip()] = int(value)
+    try:
+        family_cycle(weights)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return weights
 
 
 def batch_stream(seed: int, start_batch: int, batch_size: int, pool: int = 4):
@@ -196,6 +233,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="full-answer samples per step")
     parser.add_argument("--short-batch-size", type=int, default=16, help="short-answer items per step (0: none)")
     parser.add_argument("--data-seed", type=int, default=TRAIN_SEED, help="seed of the training samples")
+    parser.add_argument(
+        "--short-weights",
+        type=parse_weights,
+        default={},
+        help="oversample families in the short-answer items, e.g. 'seed=3,chart=2' (others keep 1)",
+    )
     parser.add_argument("--init-from", type=Path, help="start from this saved model folder instead of random weights")
     parser.add_argument(
         "--image-feature-norm",
@@ -262,7 +305,9 @@ def main(argv: list[str] | None = None) -> None:
 
     model.train()
     batches = batch_stream(args.data_seed, start, args.batch_size)
-    short_batches = short_batch_stream(args.data_seed, start, args.short_batch_size) if args.short_batch_size else None
+    short_batches = None
+    if args.short_batch_size:
+        short_batches = short_batch_stream(args.data_seed, start, args.short_batch_size, args.short_weights)
     began, window, short_window = time.time(), [], []
     for step in range(start, args.steps):
         for group in optimizer.param_groups:
@@ -313,6 +358,7 @@ def main(argv: list[str] | None = None) -> None:
         "steps": args.steps,
         "batch_size": args.batch_size,
         "short_batch_size": args.short_batch_size,
+        "short_weights": args.short_weights,
         "lr": args.lr,
         "image_feature_norm": args.image_feature_norm,
         "warmup": args.warmup,
