@@ -77,7 +77,14 @@ def render_phase(number: int, phase: dict, command: str) -> str:
         batch += f" + {short} short-answer items (`recap.zoo.train.short_answer`)"
     return PHASE.format(
         number=number,
-        start="from random weights" if number == 1 else f"from phase {number - 1}'s weights",
+        start=(
+            "from random weights"
+            if number == 1
+            else f"from phase {number - 1}'s text model, with a new random vision tower"
+            f" (width {phase['vision_hidden']}) and projector (`--fresh-vision`)"
+            if phase.get("fresh_vision")
+            else f"from phase {number - 1}'s weights"
+        ),
         rescale=(
             f", image features first scaled to mean norm {phase['image_feature_norm']:g}"
             " (`recap.zoo.train.rescale_image_features`)"

@@ -122,3 +122,29 @@ def test_rescale_image_features_sets_the_mean_norm(name: str) -> None:
     before, after = train.rescale_image_features(model, processor, 37.0, seed=11)
     assert before > 37.0 and abs(after - 37.0) < 0.37  # LLaVA's row-end newline embeddings are not scaled
     assert abs(train.image_feature_norm(model, processor, images) - original * 37.0 / before) < 1e-2 * original
+
+
+def test_fresh_vision_phase_keeps_the_text_model_and_widens_the_vision_tower(tmp_path: Path) -> None:
+    shipped = Path(recap.zoo.__file__).parent / "models" / "tiny-llava-next"
+    source = AutoModelForImageTextToText.from_pretrained(shipped, dtype=torch.float32)
+    fresh = train.make_model("llava-next", AutoProcessor.from_pretrained(shipped).tokenizer, vision_hidden=64)
+    copied = train.transplant_text_model(source, fresh)
+    fresh_state, source_state = fresh.state_dict(), source.state_dict()
+    text = [k for k in fresh_state if not k.startswith(train.VISION_PREFIXES)]
+    assert copied == len(text) and any(k.startswith("model.language_model.") for k in text)
+    assert all(torch.equal(fresh_state[k], source_state[k]) for k in text)
+    assert fresh.config.vision_config.hidden_size == 64 and fresh.config.vision_config.intermediate_size == 128
+    with pytest.raises(ValueError, match="text models differ"):
+        train.transplant_text_model(build("qwen2_5_vl")[0].float(), fresh)
+
+    out = tmp_path / "wide"
+    args = "--arch llava-next --steps 1 --batch-size 1 --short-batch-size 1 --warmup 1 --threads 1".split()
+    args += ["--fresh-vision", "--vision-hidden", "64", "--image-feature-norm", "20"]
+    train.main([*args, "--init-from", str(shipped), "--out", str(out)])
+    summary = json.loads((out / "final" / "training.json").read_text())
+    assert summary["fresh_vision"] and summary["vision_hidden"] == 64
+    saved = AutoModelForImageTextToText.from_pretrained(out / "final", dtype=torch.float32)
+    assert saved.config.vision_config.hidden_size == 64
+    for bad in (["--fresh-vision"], ["--init-from", str(shipped), "--vision-hidden", "64"]):
+        with pytest.raises(SystemExit):
+            train.main(["--arch", "llava-next", "--out", str(tmp_path / "bad"), *bad])

@@ -121,8 +121,12 @@ def make_processor(arch: str, tokenizer: PreTrainedTokenizerFast) -> Any:
 LLAVA_PINPOINTS = [[112, 224], [224, 112], [224, 224]]
 
 
-def make_model(arch: str, tokenizer: PreTrainedTokenizerFast) -> Any:
-    """A randomly initialised model of ``arch`` (about 5M parameters), sdpa attention."""
+def make_model(
+    arch: str, tokenizer: PreTrainedTokenizerFast, vision_hidden: int = 128, vision_intermediate: int | None = None
+) -> Any:
+    """A randomly initialised model of ``arch`` (about 5M parameters with the default 128-wide
+    vision tower; MLP ``vision_intermediate``, default twice the width), sdpa attention."""
+    vision_intermediate = vision_intermediate or 2 * vision_hidden
     vocab = len(tokenizer)
     ids = tokenizer.convert_tokens_to_ids
     text = dict(
@@ -148,8 +152,8 @@ def make_model(arch: str, tokenizer: PreTrainedTokenizerFast) -> Any:
             ),
             vision_config=dict(
                 depth=4,
-                hidden_size=128,
-                intermediate_size=256,
+                hidden_size=vision_hidden,
+                intermediate_size=vision_intermediate,
                 num_heads=4,
                 out_hidden_size=256,
                 fullatt_block_indexes=[1, 3],
@@ -180,8 +184,8 @@ def make_model(arch: str, tokenizer: PreTrainedTokenizerFast) -> Any:
             ),
             vision_config=dict(
                 model_type="clip_vision_model",
-                hidden_size=128,
-                intermediate_size=256,
+                hidden_size=vision_hidden,
+                intermediate_size=vision_intermediate,
                 num_hidden_layers=4,
                 num_attention_heads=4,
                 image_size=112,

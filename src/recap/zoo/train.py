@@ -211,6 +211,24 @@ def rescale_image_features(model: torch.nn.Module, processor: Any, target: float
     return before, image_feature_norm(model, processor, images)
 
 
+VISION_PREFIXES = ("model.vision_tower.", "model.multi_modal_projector.", "model.visual.")
+
+
+def transplant_text_model(source: torch.nn.Module, target: torch.nn.Module) -> int:
+    """Copy every weight of ``source`` outside the vision path (vision tower and projector) into
+    ``target``, which keeps its own fresh vision path. Returns the number of tensors copied."""
+    source_state = source.state_dict()
+    target_state = target.state_dict()
+    text_keys = [k for k in target_state if not k.startswith(VISION_PREFIXES)]
+    mismatched = [k for k in text_keys if k not in source_state or source_state[k].shape != target_state[k].shape]
+    if mismatched:
+        raise ValueError(f"the text models differ ({len(mismatched)} tensors, e.g. {mismatched[0]}): same arch needed")
+    with torch.no_grad():
+        for key in text_keys:
+            target_state[key].copy_(source_state[key])
+    return len(text_keys)
+
+
 def learning_rate(step: int, steps: int, peak: float, warmup: int) -> float:
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -241,6 +259,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--init-from", type=Path, help="start from this saved model folder instead of random weights")
     parser.add_argument(
+        "--fresh-vision",
+        action="store_true",
+        help="with --init-from: keep its text model, but start a new (random) vision tower and projector",
+    )
+    parser.add_argument("--vision-hidden", type=int, help="width of a new vision tower (default 128)")
+    parser.add_argument("--vision-intermediate", type=int, help="MLP width of a new vision tower (default 2x width)")
+    parser.add_argument(
         "--image-feature-norm",
         type=float,
         help="before training, scale the projector's output so image tokens have this mean norm",
@@ -257,6 +282,11 @@ def main(argv: list[str] | None = None) -> None:
         "--bf16", action="store_true", help="bf16 autocast (slower than float32 on the 2-core x86 CPU measured here)"
     )
     args = parser.parse_args(argv)
+    if args.fresh_vision and not args.init_from:
+        parser.error("--fresh-vision keeps the text model of --init-from: give --init-from")
+    if args.init_from and not args.fresh_vision and (args.vision_hidden or args.vision_intermediate):
+        parser.error("--vision-hidden/--vision-intermediate shape a new vision tower: add --fresh-vision")
+    vision_size = dict(vision_hidden=args.vision_hidden or 128, vision_intermediate=args.vision_intermediate)
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -283,8 +313,12 @@ def main(argv: list[str] | None = None) -> None:
         model = AutoModelForImageTextToText.from_pretrained(
             args.init_from, dtype=torch.float32, attn_implementation="sdpa"
         )
+        if args.fresh_vision:
+            fresh = make_model(args.arch, processor.tokenizer, **vision_size)
+            transplant_text_model(model, fresh)
+            model = fresh
     else:
-        model = make_model(args.arch, processor.tokenizer)
+        model = make_model(args.arch, processor.tokenizer, **vision_size)
     checkpoint = args.out / "checkpoint.pt"
     if args.image_feature_norm and not checkpoint.is_file():
         model.eval()
@@ -361,6 +395,8 @@ def main(argv: list[str] | None = None) -> None:
         "short_weights": args.short_weights,
         "lr": args.lr,
         "image_feature_norm": args.image_feature_norm,
+        "fresh_vision": args.fresh_vision,
+        "vision_hidden": model.config.vision_config.hidden_size,
         "warmup": args.warmup,
         "seed": args.seed,
         "train_seed": args.data_seed,
