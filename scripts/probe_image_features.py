@@ -16,18 +16,16 @@ import torch
 
 from recap import suite
 from recap.loading import load_model
+from recap.zoo.train import image_features
 
 
-@torch.no_grad()
 def image_tokens(model, processor, images: list) -> torch.Tensor:
     """[images, tokens * hidden]: each image's token embeddings, flattened (cut to the shortest)."""
-    flat = []
-    for start in range(0, len(images), 16):
-        inputs = processor.image_processor(images=images[start : start + 16], return_tensors="pt")
-        extra = {k: inputs[k] for k in ("image_grid_thw", "image_sizes") if k in inputs}
-        features = model.model.get_image_features(pixel_values=inputs["pixel_values"], **extra)
-        features = getattr(features, "pooler_output", features)
-        flat += [f.reshape(-1) for f in features]
+    flat = [
+        f.reshape(-1)
+        for start in range(0, len(images), 16)
+        for f in image_features(model, processor, images[start : start + 16])
+    ]
     width = min(f.numel() for f in flat)
     return torch.stack([f[:width] for f in flat])
 

@@ -186,13 +186,18 @@ def projector_output(model: torch.nn.Module) -> torch.nn.Linear:
 
 
 @torch.no_grad()
-def image_feature_norm(model: torch.nn.Module, processor: Any, images: list) -> float:
-    """Mean L2 norm of the image tokens' input embeddings (the projector's output) on ``images``."""
+def image_features(model: torch.nn.Module, processor: Any, images: list) -> list[torch.Tensor]:
+    """Per image, its image tokens' input embeddings (the projector's output), [tokens, hidden]."""
     inputs = processor.image_processor(images=images, return_tensors="pt")
     extra = {k: inputs[k] for k in ("image_grid_thw", "image_sizes") if k in inputs}
     features = getattr(model, "model", model).get_image_features(pixel_values=inputs["pixel_values"], **extra)
     features = getattr(features, "pooler_output", features)
-    return float(torch.cat([f.reshape(-1, f.shape[-1]) for f in features]).norm(dim=-1).mean())
+    return [f.reshape(-1, f.shape[-1]) for f in features]
+
+
+def image_feature_norm(model: torch.nn.Module, processor: Any, images: list) -> float:
+    """Mean L2 norm of the image tokens' input embeddings (the projector's output) on ``images``."""
+    return float(torch.cat(image_features(model, processor, images)).norm(dim=-1).mean())
 
 
 def rescale_image_features(model: torch.nn.Module, processor: Any, target: float, seed: int) -> tuple[float, float]:
@@ -286,7 +291,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--fresh-vision keeps the text model of --init-from: give --init-from")
     if args.init_from and not args.fresh_vision and (args.vision_hidden or args.vision_intermediate):
         parser.error("--vision-hidden/--vision-intermediate shape a new vision tower: add --fresh-vision")
-    vision_size = dict(vision_hidden=args.vision_hidden or 128, vision_intermediate=args.vision_intermediate)
+    vision_size = {
+        k: v for k, v in [("vision_hidden", args.vision_hidden), ("vision_intermediate", args.vision_intermediate)] if v
+    }
 
     if args.threads:
         torch.set_num_threads(args.threads)
