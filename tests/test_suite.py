@@ -160,6 +160,8 @@ def test_check_parsers() -> None:
     assert extract_letter("The answer is (C) because ...") == "C"
     assert extract_letter("B. The star is red.") == "B"
     assert extract_letter("A red star. Option D is correct.") == "D"
+    assert extract_letter("The star is red. So the answer is red, letter C.") == "C"
+    assert extract_letter("So the answer is a circle, which is option B.") == "B"  # "a" is not A
     s = next(x for x in suite.load("mmt", 200, 8) if x.check.isdigit())
     assert suite.check_answer(s, f"I think there are {number_word(int(s.check))} of them.")
     assert not suite.check_answer(s, f"I think there are {int(s.check) + 1} of them.")

@@ -6,7 +6,8 @@ generated text the same way:
 * numbers: the first number mentioned (``math``: the last one, after the steps);
 * colours, shapes, sides, sizes: the first word of that category
   (``science``: the last, because the lecture comes before the answer);
-* ``seed``: the option letter (``"B."``, ``"(B)"``, ``"option B"``, ...);
+* ``seed``: the option letter (``"B."``, ``"(B)"``, ``"option B"``, ...; a capital,
+  so "the answer is a circle" is not read as A);
 * ``ocr``/``textvqa`` and chart labels: the first ``"quoted"`` text;
 * ``science`` binary facts (attract/repel, float/sink, day/night): the last one.
 """
@@ -38,7 +39,7 @@ _LETTER_RES = (
     re.compile(r"^\s*\(?([A-D])\s*[\).:,]"),
     re.compile(r"^\s*([A-D])\s+is\b"),
     re.compile(r"\(([A-D])\)"),
-    re.compile(r"\b(?:answer|option|choice)\s+(?:is\s+)?\(?([A-D])\b", re.IGNORECASE),
+    re.compile(r"\b(?i:answer|option|choice|letter)\s+(?i:is\s+)?\(?([A-D])\b"),
 )
 
 

@@ -1,7 +1,9 @@
 """``seed``: SEED-Bench-like four-option multiple choice about a shape scene.
 
-The prompt lists options A-D; the reference states the letter first (in one of
-several content-chosen formats) and then justifies it in a sentence or two.
+The prompt lists options A-D; the reference first justifies the choice in a sentence
+or two, then restates the chosen option and gives its letter (in one of several
+content-chosen formats). Explaining first lets a model state what it sees before it
+maps that to a letter, as in chain-of-thought answers.
 """
 
 from __future__ import annotations
@@ -53,22 +55,21 @@ def _prompt(rng: random.Random, question: str, opts: list[str]) -> str:
     return "\n".join([question, *lines, *([tail_line] if tail_line else [])])
 
 
-def _answer(letter: str, why: str, *keys: int) -> str:
-    """The letter first, in one of five formats, then the justification."""
-    lw = why if why.startswith("I ") else why[:1].lower() + why[1:]
+def _answer(letter: str, option: str, why: str, *keys: int) -> str:
+    """The justification first, then the chosen option's text and its letter (five formats)."""
     return pick(
         (
-            f"{letter}. {cap(why)}",
-            f"({letter}) {cap(why)}",
-            f"The answer is {letter}. {cap(why)}",
-            f"Option {letter} is correct: {lw}",
-            f"{letter} is the right choice, because {lw}",
+            f"{cap(why)} So the answer is {option}, which is option {letter}.",
+            f"{cap(why)} The correct option is therefore {option}, letter {letter}.",
+            f"{cap(why)} That points to {option}, so I choose ({letter}).",
+            f"{cap(why)} Hence {option} is right, and the answer is {letter}.",
+            f"{cap(why)} This means {option}: option {letter}.",
         ),
         *keys,
     )
 
 
-def _colour(rng: random.Random) -> tuple[Scene, str, str, Obj, int]:
+def _colour(rng: random.Random) -> tuple[Scene, str, str, Obj, int, str]:
     while True:
         scene = random_scene(rng, 1, 5)
         uniq = scene.unique("shape")
@@ -90,10 +91,10 @@ def _colour(rng: random.Random) -> tuple[Scene, str, str, Obj, int]:
         o.ci,
         o.si,
     )
-    return scene, prompt, why, o, k
+    return scene, prompt, why, o, k, o.colour
 
 
-def _count(rng: random.Random) -> tuple[Scene, str, str, Obj, int]:
+def _count(rng: random.Random) -> tuple[Scene, str, str, Obj, int, str]:
     scene = random_scene(rng, 2, 6)
     o = rng.choice(scene.objects)
     group = scene.with_shape(o.shape)
@@ -115,10 +116,10 @@ def _count(rng: random.Random) -> tuple[Scene, str, str, Obj, int]:
         n,
         o.si,
     )
-    return scene, prompt, why, o, k
+    return scene, prompt, why, o, k, str(n)
 
 
-def _shape(rng: random.Random) -> tuple[Scene, str, str, Obj, int]:
+def _shape(rng: random.Random) -> tuple[Scene, str, str, Obj, int, str]:
     scene = random_scene(rng, 1, 6)
     o = rng.choice(scene.objects)
     opts, k = _options(rng, o.shape, list(SHAPES))
@@ -135,10 +136,10 @@ def _shape(rng: random.Random) -> tuple[Scene, str, str, Obj, int]:
         o.si,
         o.cell,
     )
-    return scene, prompt, why, o, k
+    return scene, prompt, why, o, k, o.shape
 
 
-def _background(rng: random.Random) -> tuple[Scene, str, str, Obj, int]:
+def _background(rng: random.Random) -> tuple[Scene, str, str, Obj, int, str]:
     scene = random_scene(rng, 1, 6)
     opts, k = _options(rng, scene.bg, list(BACKGROUND_NAMES))
     q = rng.choice(
@@ -161,10 +162,10 @@ def _background(rng: random.Random) -> tuple[Scene, str, str, Obj, int]:
         scene.bi,
         n,
     )
-    return scene, prompt, why, o, k
+    return scene, prompt, why, o, k, scene.bg
 
 
-def _largest(rng: random.Random) -> tuple[Scene, str, str, Obj, int]:
+def _largest(rng: random.Random) -> tuple[Scene, str, str, Obj, int, str]:
     scene = random_scene(rng, 2, 5)
     big = rng.randrange(len(scene.objects))
     objs = tuple(
@@ -199,10 +200,10 @@ def _largest(rng: random.Random) -> tuple[Scene, str, str, Obj, int]:
         n,
         o.si,
     )
-    return scene, prompt, why, o, k
+    return scene, prompt, why, o, k, correct
 
 
-def _position(rng: random.Random) -> tuple[Scene, str, str, Obj, int]:
+def _position(rng: random.Random) -> tuple[Scene, str, str, Obj, int, str]:
     while True:
         scene = random_scene(rng, 1, 5)
         combos = [(p.shape, p.colour) for p in scene.objects]
@@ -224,7 +225,7 @@ def _position(rng: random.Random) -> tuple[Scene, str, str, Obj, int]:
         o.cell,
         o.ci,
     )
-    return scene, prompt, why, o, k
+    return scene, prompt, why, o, k, CELL_NAMES[o.cell]
 
 
 _MAKERS = {
@@ -240,7 +241,7 @@ _MAKERS = {
 def generate(rng: random.Random) -> tuple[Image.Image, str, str, str]:
     """One ``seed`` item: (image, prompt, reference, letter)."""
     kind = rng.choice(KINDS)
-    scene, prompt, why, o, k = _MAKERS[kind](rng)
+    scene, prompt, why, o, k, option = _MAKERS[kind](rng)
     letter = LETTERS[k]
-    ref = finish([_answer(letter, why, o.ci, k, o.si)], tail(scene, o, o.cell, k), min_words=24)
+    ref = finish([_answer(letter, option, why, o.ci, k, o.si)], tail(scene, o, o.cell, k), min_words=24)
     return render_scene(scene), prompt, ref, letter
