@@ -9,6 +9,7 @@ maps that to a letter, as in chain-of-thought answers.
 from __future__ import annotations
 
 import random
+import re
 
 from PIL import Image
 
@@ -32,6 +33,14 @@ from .text import be, cap, join_and, num, pick, with_article
 
 LETTERS = ("A", "B", "C", "D")
 KINDS = ("colour", "count", "shape", "background", "largest", "position")
+
+
+_OPTION_LINE = re.compile(r"^\(?([A-D])[.)] (.+)$", re.MULTILINE)
+
+
+def options(prompt: str) -> dict[str, str]:
+    """The options a ``seed`` prompt lists, by letter: {"A": "green", ...}."""
+    return dict(_OPTION_LINE.findall(prompt))
 
 
 def _options(rng: random.Random, correct: str, pool: list[str]) -> tuple[list[str], int]:

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from .. import suite
+from ..suite.seed import options as seed_options
 from .build import ARCHS, make_model, make_processor, train_tokenizer
 
 TOKENIZER_SEED = 7001  # corpus the tokenizer is trained on
@@ -42,9 +43,14 @@ SHORT_SEED_OFFSET = 500_000  # short-answer items come from data seed + this off
 
 def short_answer(sample: suite.Sample) -> suite.Sample:
     """The sample as a short-answer item: the instruction appended, the checkable field as answer.
-    ``describe`` asks for its checkable field (the number of objects) directly."""
+    ``describe`` asks for its checkable field (the number of objects) directly; ``seed``
+    answers with the chosen option's text, then its letter ("blue (B)"), the order its
+    full answers use."""
     prompt = "How many objects are in the picture?" if sample.family == "describe" else sample.prompt
-    return dataclasses.replace(sample, prompt=f"{prompt}\n{SHORT_INSTRUCTION}", reference=sample.check)
+    answer = sample.check
+    if sample.family == "seed":
+        answer = f"{seed_options(sample.prompt)[sample.check]} ({sample.check})"
+    return dataclasses.replace(sample, prompt=f"{prompt}\n{SHORT_INSTRUCTION}", reference=answer)
 
 
 def family_cycle(weights: dict[str, int] | None = None) -> list[str]:
@@ -101,11 +107,12 @@ def parse_weights(text: str) -> dict[str, int]:
     return weights
 
 
-def batch_stream(seed: int, start_batch: int, batch_size: int, pool: int = 4):
-    """Batches of samples; each run of ``pool`` batches is drawn together and grouped by
-    answer length, so little compute is spent on padding. Deterministic and resumable."""
+def batch_stream(seed: int, start_batch: int, batch_size: int, pool: int = 4, weights: dict[str, int] | None = None):
+    """Batches of samples, families in proportion to ``weights`` (default: 1 each); each run
+    of ``pool`` batches is drawn together and grouped by answer length, so little compute
+    is spent on padding. Deterministic and resumable."""
     first = (start_batch // pool) * pool
-    stream = sample_stream(seed, first * batch_size)
+    stream = sample_stream(seed, first * batch_size, weights)
     number = first
     while True:
         samples = sorted((next(stream) for _ in range(pool * batch_size)), key=lambda s: len(s.reference))
@@ -262,6 +269,12 @@ def main(argv: list[str] | None = None) -> None:
         default={},
         help="oversample families in the short-answer items, e.g. 'seed=3,chart=2' (others keep 1)",
     )
+    parser.add_argument(
+        "--full-weights",
+        type=parse_weights,
+        default={},
+        help="oversample families in the full answers, e.g. 'seed=4' (others keep 1)",
+    )
     parser.add_argument("--init-from", type=Path, help="start from this saved model folder instead of random weights")
     parser.add_argument(
         "--fresh-vision",
@@ -345,7 +358,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{args.arch}: {parameters / 1e6:.2f}M parameters, vocab {len(processor.tokenizer)}", flush=True)
 
     model.train()
-    batches = batch_stream(args.data_seed, start, args.batch_size)
+    batches = batch_stream(args.data_seed, start, args.batch_size, weights=args.full_weights)
     short_batches = None
     if args.short_batch_size:
         short_batches = short_batch_stream(args.data_seed, start, args.short_batch_size, args.short_weights)
@@ -400,6 +413,7 @@ def main(argv: list[str] | None = None) -> None:
         "batch_size": args.batch_size,
         "short_batch_size": args.short_batch_size,
         "short_weights": args.short_weights,
+        "full_weights": args.full_weights,
         "lr": args.lr,
         "image_feature_norm": args.image_feature_norm,
         "fresh_vision": args.fresh_vision,
