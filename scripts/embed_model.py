@@ -47,7 +47,7 @@ sample's image: what the prompt alone gets right, the model's chance level.
 
 PHASE = """### Phase {number}: {start}{rescale}
 - command: `{command}`
-- data: suite samples of training seed {train_seed}, round-robin over families; per step {batch}
+- data: suite samples of training seed {train_seed}, round-robin over families{weights}; per step {batch}
 - {steps} steps, peak lr {lr}, bf16 autocast: {bf16}; {minutes} minutes
 - loss (full answers{short_note}): {loss_summary}"""
 
@@ -75,8 +75,14 @@ def render_phase(number: int, phase: dict, command: str) -> str:
     batch = f"{phase['batch_size']} full answers (length-bucketed)"
     if short:
         batch += f" + {short} short-answer items (`recap.zoo.train.short_answer`)"
+    weighted = [
+        f"{part} weighted {', '.join(f'{k}={v}' for k, v in phase[key].items())}"
+        for part, key in (("full answers", "full_weights"), ("short items", "short_weights"))
+        if phase.get(key)
+    ]
     return PHASE.format(
         number=number,
+        weights=f" ({'; '.join(weighted)}; other families 1)" if weighted else "",
         start=(
             "from random weights"
             if number == 1
