@@ -65,14 +65,16 @@ def _prompt(rng: random.Random, question: str, opts: list[str]) -> str:
 
 
 def _answer(letter: str, option: str, why: str, *keys: int) -> str:
-    """The justification first, then the chosen option's text and its letter (five formats)."""
+    """The justification first, then the chosen option's text and its letter (five formats).
+    The letter is always written "(B)", so it is the same token as in the prompt's option
+    list ("B." / "(B)" / "B)"), where " B" would be another token."""
     return pick(
         (
-            f"{cap(why)} So the answer is {option}, which is option {letter}.",
-            f"{cap(why)} The correct option is therefore {option}, letter {letter}.",
+            f"{cap(why)} So the answer is {option} ({letter}).",
+            f"{cap(why)} The correct option is therefore {option} ({letter}).",
             f"{cap(why)} That points to {option}, so I choose ({letter}).",
-            f"{cap(why)} Hence {option} is right, and the answer is {letter}.",
-            f"{cap(why)} This means {option}: option {letter}.",
+            f"{cap(why)} Hence {option} is right: ({letter}).",
+            f"{cap(why)} This means {option}, which is ({letter}).",
         ),
         *keys,
     )
