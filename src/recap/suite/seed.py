@@ -1,15 +1,12 @@
 """``seed``: SEED-Bench-like four-option multiple choice about a shape scene.
 
-The prompt lists options A-D; the reference first justifies the choice in a sentence
-or two, then restates the chosen option and gives its letter (in one of several
-content-chosen formats). Explaining first lets a model state what it sees before it
-maps that to a letter, as in chain-of-thought answers.
+The prompt lists options A-D; the reference states the letter first (in one of
+several content-chosen formats) and then justifies it in a sentence or two.
 """
 
 from __future__ import annotations
 
 import random
-import re
 
 from PIL import Image
 
@@ -35,14 +32,6 @@ LETTERS = ("A", "B", "C", "D")
 KINDS = ("colour", "count", "shape", "background", "largest", "position")
 
 
-_OPTION_LINE = re.compile(r"^\(?([A-D])[.)] (.+)$", re.MULTILINE)
-
-
-def options(prompt: str) -> dict[str, str]:
-    """The options a ``seed`` prompt lists, by letter: {"A": "green", ...}."""
-    return dict(_OPTION_LINE.findall(prompt))
-
-
 def _options(rng: random.Random, correct: str, pool: list[str]) -> tuple[list[str], int]:
     opts = [correct, *rng.sample([p for p in pool if p != correct], 3)]
     rng.shuffle(opts)
@@ -64,23 +53,22 @@ def _prompt(rng: random.Random, question: str, opts: list[str]) -> str:
     return "\n".join([question, *lines, *([tail_line] if tail_line else [])])
 
 
-def _answer(letter: str, option: str, why: str, *keys: int) -> str:
-    """The justification first, then the chosen option's text and its letter (five formats).
-    The letter is always written "(B)", so it is the same token as in the prompt's option
-    list ("B." / "(B)" / "B)"), where " B" would be another token."""
+def _answer(letter: str, why: str, *keys: int) -> str:
+    """The letter first, in one of five formats, then the justification."""
+    lw = why if why.startswith("I ") else why[:1].lower() + why[1:]
     return pick(
         (
-            f"{cap(why)} So the answer is {option} ({letter}).",
-            f"{cap(why)} The correct option is therefore {option} ({letter}).",
-            f"{cap(why)} That points to {option}, so I choose ({letter}).",
-            f"{cap(why)} Hence {option} is right: ({letter}).",
-            f"{cap(why)} This means {option}, which is ({letter}).",
+            f"{letter}. {cap(why)}",
+            f"({letter}) {cap(why)}",
+            f"The answer is {letter}. {cap(why)}",
+            f"Option {letter} is correct: {lw}",
+            f"{letter} is the right choice, because {lw}",
         ),
         *keys,
     )
 
 
-def _colour(rng: random.Random) -> tuple[Scene, str, str, Obj, int, str]:
+def _colour(rng: random.Random) -> tuple[Scene, str, str, Obj, int]:
     while True:
         scene = random_scene(rng, 1, 5)
         uniq = scene.unique("shape")
@@ -102,10 +90,10 @@ def _colour(rng: random.Random) -> tuple[Scene, str, str, Obj, int, str]:
         o.ci,
         o.si,
     )
-    return scene, prompt, why, o, k, o.colour
+    return scene, prompt, why, o, k
 
 
-def _count(rng: random.Random) -> tuple[Scene, str, str, Obj, int, str]:
+def _count(rng: random.Random) -> tuple[Scene, str, str, Obj, int]:
     scene = random_scene(rng, 2, 6)
     o = rng.choice(scene.objects)
     group = scene.with_shape(o.shape)
@@ -127,10 +115,10 @@ def _count(rng: random.Random) -> tuple[Scene, str, str, Obj, int, str]:
         n,
         o.si,
     )
-    return scene, prompt, why, o, k, str(n)
+    return scene, prompt, why, o, k
 
 
-def _shape(rng: random.Random) -> tuple[Scene, str, str, Obj, int, str]:
+def _shape(rng: random.Random) -> tuple[Scene, str, str, Obj, int]:
     scene = random_scene(rng, 1, 6)
     o = rng.choice(scene.objects)
     opts, k = _options(rng, o.shape, list(SHAPES))
@@ -147,10 +135,10 @@ def _shape(rng: random.Random) -> tuple[Scene, str, str, Obj, int, str]:
         o.si,
         o.cell,
     )
-    return scene, prompt, why, o, k, o.shape
+    return scene, prompt, why, o, k
 
 
-def _background(rng: random.Random) -> tuple[Scene, str, str, Obj, int, str]:
+def _background(rng: random.Random) -> tuple[Scene, str, str, Obj, int]:
     scene = random_scene(rng, 1, 6)
     opts, k = _options(rng, scene.bg, list(BACKGROUND_NAMES))
     q = rng.choice(
@@ -173,10 +161,10 @@ def _background(rng: random.Random) -> tuple[Scene, str, str, Obj, int, str]:
         scene.bi,
         n,
     )
-    return scene, prompt, why, o, k, scene.bg
+    return scene, prompt, why, o, k
 
 
-def _largest(rng: random.Random) -> tuple[Scene, str, str, Obj, int, str]:
+def _largest(rng: random.Random) -> tuple[Scene, str, str, Obj, int]:
     scene = random_scene(rng, 2, 5)
     big = rng.randrange(len(scene.objects))
     objs = tuple(
@@ -211,10 +199,10 @@ def _largest(rng: random.Random) -> tuple[Scene, str, str, Obj, int, str]:
         n,
         o.si,
     )
-    return scene, prompt, why, o, k, correct
+    return scene, prompt, why, o, k
 
 
-def _position(rng: random.Random) -> tuple[Scene, str, str, Obj, int, str]:
+def _position(rng: random.Random) -> tuple[Scene, str, str, Obj, int]:
     while True:
         scene = random_scene(rng, 1, 5)
         combos = [(p.shape, p.colour) for p in scene.objects]
@@ -236,7 +224,7 @@ def _position(rng: random.Random) -> tuple[Scene, str, str, Obj, int, str]:
         o.cell,
         o.ci,
     )
-    return scene, prompt, why, o, k, CELL_NAMES[o.cell]
+    return scene, prompt, why, o, k
 
 
 _MAKERS = {
@@ -252,7 +240,7 @@ _MAKERS = {
 def generate(rng: random.Random) -> tuple[Image.Image, str, str, str]:
     """One ``seed`` item: (image, prompt, reference, letter)."""
     kind = rng.choice(KINDS)
-    scene, prompt, why, o, k, option = _MAKERS[kind](rng)
+    scene, prompt, why, o, k = _MAKERS[kind](rng)
     letter = LETTERS[k]
-    ref = finish([_answer(letter, option, why, o.ci, k, o.si)], tail(scene, o, o.cell, k), min_words=24)
+    ref = finish([_answer(letter, why, o.ci, k, o.si)], tail(scene, o, o.cell, k), min_words=24)
     return render_scene(scene), prompt, ref, letter

@@ -32,7 +32,6 @@ import numpy as np
 import torch
 
 from .. import suite
-from ..suite.seed import options as seed_options
 from .build import ARCHS, make_model, make_processor, train_tokenizer
 
 TOKENIZER_SEED = 7001  # corpus the tokenizer is trained on
@@ -43,14 +42,9 @@ SHORT_SEED_OFFSET = 500_000  # short-answer items come from data seed + this off
 
 def short_answer(sample: suite.Sample) -> suite.Sample:
     """The sample as a short-answer item: the instruction appended, the checkable field as answer.
-    ``describe`` asks for its checkable field (the number of objects) directly; ``seed``
-    answers with the chosen option's text, then its letter ("blue (B)"), the order its
-    full answers use."""
+    ``describe`` asks for its checkable field (the number of objects) directly."""
     prompt = "How many objects are in the picture?" if sample.family == "describe" else sample.prompt
-    answer = sample.check
-    if sample.family == "seed":
-        answer = f"{seed_options(sample.prompt)[sample.check]} ({sample.check})"
-    return dataclasses.replace(sample, prompt=f"{prompt}\n{SHORT_INSTRUCTION}", reference=answer)
+    return dataclasses.replace(sample, prompt=f"{prompt}\n{SHORT_INSTRUCTION}", reference=sample.check)
 
 
 def family_cycle(weights: dict[str, int] | None = None) -> list[str]:
