@@ -83,3 +83,15 @@ def test_bench_records_a_failing_library_peer_instead_of_crashing() -> None:
     assert [f["method"] for f in results["failures"]] == ["hf-prompt-lookup"]
     assert "hf-prompt-lookup" not in results["overall"] and results["overall"]["ar"]["match_ratio"] == 1.0
     assert "Failed runs of peers" in markdown(results)
+
+
+def test_evaluate_shows_each_answer_of_a_family_subset(capsys: pytest.CaptureFixture[str]) -> None:
+    from recap.zoo import evaluate
+
+    evaluate.main(["--model", "tiny-qwen2.5-vl", "--families", "ocr", "--samples", "2", "--show"])
+    out = capsys.readouterr().out
+    assert out.count("[ocr] ") == 2 and out.count("  answer: ") == 2
+    assert "| ocr |" in out and "| seed |" not in out
+    with pytest.raises(SystemExit):
+        evaluate.main(["--model", "tiny-qwen2.5-vl", "--families", "ocr,charts"])
+    assert "give a comma-separated subset" in capsys.readouterr().err

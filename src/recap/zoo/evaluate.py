@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +35,22 @@ def greedy(model: torch.nn.Module, processor: Any, prompt: str, image: Any, max_
 
 
 def evaluate(
-    model: torch.nn.Module, processor: Any, samples: int, seed: int = EVAL_SEED, max_new_tokens: int = 256
+    model: torch.nn.Module,
+    processor: Any,
+    samples: int,
+    seed: int = EVAL_SEED,
+    max_new_tokens: int = 256,
+    families: Sequence[str] = suite.FAMILIES,
+    show: Callable[[suite.Sample, str, bool], None] | None = None,
 ) -> dict[str, Any]:
-    families: dict[str, Any] = {}
+    """Evaluate on ``samples`` held-out items of each of ``families``; ``show(sample, answer,
+    correct)`` is called once per greedy answer with the right image."""
+    if not families or not set(families) <= set(suite.FAMILIES):
+        raise ValueError(f"families must be a non-empty subset of {', '.join(suite.FAMILIES)}; got {list(families)}")
+    results: dict[str, Any] = {}
     lengths: list[int] = []
     pairs = differ = 0
-    for family in suite.FAMILIES:
+    for family in families:
         items = suite.load(family, samples + 1, seed)
         correct = blind = 0
         examples = []
@@ -48,24 +59,27 @@ def evaluate(
             tokens = greedy(model, processor, sample.prompt, sample.image, max_new_tokens)
             text = decode(processor, tokens)
             lengths.append(len(tokens))
-            correct += suite.check_answer(sample, text)
+            right = suite.check_answer(sample, text)
+            correct += right
+            if show is not None:
+                show(sample, text, right)
             swapped = greedy(model, processor, sample.prompt, other.image, max_new_tokens)
             pairs += 1
             differ += swapped != tokens
             blind += suite.check_answer(sample, decode(processor, swapped))
             if i < 2:
                 examples.append({"prompt": sample.prompt, "answer": text, "expected": sample.check})
-        families[family] = {
+        results[family] = {
             "accuracy": correct / samples,
             "wrong_image_accuracy": blind / samples,
             "samples": samples,
             "examples": examples,
         }
-    accuracies = [f["accuracy"] for f in families.values()]
+    accuracies = [f["accuracy"] for f in results.values()]
     return {
         "seed": seed,
         "samples_per_family": samples,
-        "families": families,
+        "families": results,
         "mean_accuracy": statistics.fmean(accuracies),
         "image_dependence": differ / pairs,
         "mean_answer_tokens": statistics.fmean(lengths),
@@ -89,6 +103,13 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def print_answer(sample: suite.Sample, answer: str, right: bool) -> None:
+    """``--show``: one held-out item, its greedy answer and whether its checkable field is right."""
+    prompt = sample.prompt.replace("\n", " | ")
+    verdict = "right" if right else "WRONG"
+    print(f"[{sample.family}] {prompt}\n  answer: {answer}\n  expected {sample.check!r}: {verdict}\n", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Held-out evaluation of an embedded (or any suite-trained) VLM.")
     parser.add_argument("--model", required=True, help="embedded model name or folder")
@@ -96,11 +117,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=EVAL_SEED)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument(
+        "--families", default=",".join(suite.FAMILIES), help="comma-separated subset, e.g. 'seed,mmt' (default: all)"
+    )
+    parser.add_argument("--show", action="store_true", help="print each prompt, answer and expected field")
     args = parser.parse_args(argv)
+    families = [f.strip() for f in args.families.split(",") if f.strip()]
+    if not set(families) <= set(suite.FAMILIES) or not families:
+        parser.error(f"--families: give a comma-separated subset of {', '.join(suite.FAMILIES)}")
     if args.threads:
         torch.set_num_threads(args.threads)
     model, processor = load_model(args.model, device="cpu", dtype="float32")
-    result = evaluate(model, processor, args.samples, args.seed)
+    result = evaluate(
+        model, processor, args.samples, args.seed, families=families, show=print_answer if args.show else None
+    )
     text = markdown(result)
     print(text)
     if args.out:
