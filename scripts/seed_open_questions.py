@@ -2,34 +2,22 @@
 
     python scripts/seed_open_questions.py --model tiny-qwen2.5-vl --samples 40
 
-Asks each held-out ``seed`` question open-ended (the option list removed, the short-answer
-instruction of ``recap.zoo.train`` appended) and counts greedy answers equal to the correct
-option's text (case, a final period and a leading "the" ignored). It separates "cannot see
-the attribute" from "cannot map it to a letter".
+Asks each held-out ``seed`` question open-ended, as ``recap.zoo.train.short_answer(sample,
+open_seed=True)`` does (the option list removed, the short-answer instruction appended), and
+counts greedy answers equal to the correct option's text (case, a final period and a leading
+"the" ignored). It separates "cannot see the attribute" from "cannot map it to a letter".
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 
 import torch
 
 from recap import suite
 from recap.loading import decode, load_model
 from recap.zoo.evaluate import EVAL_SEED, greedy
-from recap.zoo.train import SHORT_INSTRUCTION
-
-OPTION = re.compile(r"^\(?([A-D])[.)]\)?\s+(.*)$")  # "A. red", "(A) red", "A) red"
-
-
-def open_question(sample: suite.Sample) -> tuple[str, str]:
-    """(the question without its options plus the short-answer instruction, the correct option's text)."""
-    lines = sample.prompt.split("\n")
-    options = dict(m.groups() for m in map(OPTION.match, lines[1:]) if m)
-    if set(options) != {"A", "B", "C", "D"}:
-        raise ValueError(f"not a four-option seed prompt: {sample.prompt!r}")
-    return f"{lines[0]}\n{SHORT_INSTRUCTION}", options[sample.check]
+from recap.zoo.train import short_answer
 
 
 def normalized(text: str) -> str:
@@ -49,7 +37,8 @@ def main() -> None:
     model, processor = load_model(args.model, device="cpu", dtype="float32")
     right = 0
     for sample in suite.load("seed", args.samples, args.seed):
-        question, truth = open_question(sample)
+        item = short_answer(sample, open_seed=True)  # the question alone; answer: the option's text
+        question, truth = item.prompt, item.reference
         answer = decode(processor, greedy(model, processor, question, sample.image, 12)).strip()
         ok = normalized(answer) == normalized(truth)
         right += ok

@@ -15,6 +15,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 import recap
 from recap import suite
 from recap.loading import build_inputs
+from recap.suite import seed as seed_suite
 from recap.zoo import train
 from recap.zoo.processors import register
 
@@ -142,13 +143,32 @@ def test_fresh_vision_phase_keeps_the_text_model_and_widens_the_vision_tower(tmp
         train.transplant_text_model(build("qwen2_5_vl")[0].float(), fresh)
 
     out = tmp_path / "wide"
-    args = "--arch llava-next --steps 1 --batch-size 1 --short-batch-size 1 --warmup 1 --threads 1".split()
-    args += ["--fresh-vision", "--vision-hidden", "64", "--image-feature-norm", "20"]
-    train.main([*args, "--init-from", str(shipped), "--out", str(out)])
+    args = "--arch llava-next --steps 1 --batch-size 1 --short-batch-size 2 --warmup 1 --threads 1".split()
+    args += ["--fresh-vision", "--vision-hidden", "64", "--image-feature-norm", "20", "--open-seed-short"]
+    train.main([*args, "--init-from", str(shipped), "--out", str(out)])  # short items: mmt, seed (open)
     summary = json.loads((out / "final" / "training.json").read_text())
-    assert summary["fresh_vision"] and summary["vision_hidden"] == 64
+    assert summary["fresh_vision"] and summary["vision_hidden"] == 64 and summary["open_seed_short"]
     saved = AutoModelForImageTextToText.from_pretrained(out / "final", dtype=torch.float32)
     assert saved.config.vision_config.hidden_size == 64
     for bad in (["--fresh-vision"], ["--init-from", str(shipped), "--vision-hidden", "64"]):
         with pytest.raises(SystemExit):
             train.main(["--arch", "llava-next", "--out", str(tmp_path / "bad"), *bad])
+
+
+def test_open_seed_short_items_ask_the_question_without_options() -> None:
+    samples = suite.load("seed", 60, 11)
+    for sample in samples:
+        question, option = seed_suite.open_form(sample.prompt, sample.check)
+        assert question == sample.prompt.split("\n")[0] and question.endswith("?")
+        assert f"{sample.check}. {option}" in sample.prompt or f"{sample.check}) {option}" in sample.prompt
+        short = train.short_answer(sample, open_seed=True)
+        assert short.prompt == f"{question}\n{train.SHORT_INSTRUCTION}" and short.reference == option
+        assert train.short_answer(sample).reference == sample.check  # letters unless asked
+    assert len({seed_suite.open_form(s.prompt, s.check)[1] for s in samples}) > 15  # colours, shapes, places, ...
+    other = suite.load("mmt", 1, 11)[0]
+    assert train.short_answer(other, open_seed=True) == train.short_answer(other)
+    with pytest.raises(ValueError, match="four-option"):
+        seed_suite.open_form("What colour is it?\nA. red\nB. blue", "A")
+    opened = [s for _, b in zip(range(2), train.short_batch_stream(5, 0, 8, open_seed=True)) for s in b]
+    assert [s.seed for s in opened] == [s.seed for _, b in zip(range(2), train.short_batch_stream(5, 0, 8)) for s in b]
+    assert all(s.reference not in seed_suite.LETTERS for s in opened if s.family == "seed")

@@ -7,6 +7,7 @@ several content-chosen formats) and then justifies it in a sentence or two.
 from __future__ import annotations
 
 import random
+import re
 
 from PIL import Image
 
@@ -30,6 +31,7 @@ from .text import be, cap, join_and, num, pick, with_article
 
 LETTERS = ("A", "B", "C", "D")
 KINDS = ("colour", "count", "shape", "background", "largest", "position")
+_OPTION_LINE = re.compile(r"^\(?([A-D])[.)]\)? (.+)$")  # the three formats of _prompt: "A. x", "(A) x", "A) x"
 
 
 def _options(rng: random.Random, correct: str, pool: list[str]) -> tuple[list[str], int]:
@@ -51,6 +53,15 @@ def _prompt(rng: random.Random, question: str, opts: list[str]) -> str:
         )
     )
     return "\n".join([question, *lines, *([tail_line] if tail_line else [])])
+
+
+def open_form(prompt: str, letter: str) -> tuple[str, str]:
+    """A ``seed`` item without its options: (the question alone, the text of option ``letter``)."""
+    question, *rest = prompt.split("\n")
+    options = dict(m.groups() for m in map(_OPTION_LINE.match, rest) if m)
+    if sorted(options) != list(LETTERS) or letter not in options:
+        raise ValueError(f"not a four-option seed prompt with option {letter!r}: {prompt!r}")
+    return question, options[letter]
 
 
 def _answer(letter: str, why: str, *keys: int) -> str:

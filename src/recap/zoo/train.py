@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from .. import suite
+from ..suite import seed as seed_suite
 from .build import ARCHS, make_model, make_processor, train_tokenizer
 
 TOKENIZER_SEED = 7001  # corpus the tokenizer is trained on
@@ -40,11 +41,16 @@ SHORT_INSTRUCTION = "Answer the question using a single word or phrase."
 SHORT_SEED_OFFSET = 500_000  # short-answer items come from data seed + this offset
 
 
-def short_answer(sample: suite.Sample) -> suite.Sample:
+def short_answer(sample: suite.Sample, open_seed: bool = False) -> suite.Sample:
     """The sample as a short-answer item: the instruction appended, the checkable field as answer.
-    ``describe`` asks for its checkable field (the number of objects) directly."""
-    prompt = "How many objects are in the picture?" if sample.family == "describe" else sample.prompt
-    return dataclasses.replace(sample, prompt=f"{prompt}\n{SHORT_INSTRUCTION}", reference=sample.check)
+    ``describe`` asks for its checkable field (the number of objects) directly; with
+    ``open_seed``, ``seed`` asks its question without the options, answered by the option's text."""
+    prompt, answer = sample.prompt, sample.check
+    if sample.family == "describe":
+        prompt = "How many objects are in the picture?"
+    elif sample.family == "seed" and open_seed:
+        prompt, answer = seed_suite.open_form(sample.prompt, sample.check)
+    return dataclasses.replace(sample, prompt=f"{prompt}\n{SHORT_INSTRUCTION}", reference=answer)
 
 
 def family_cycle(weights: dict[str, int] | None = None) -> list[str]:
@@ -78,12 +84,14 @@ def sample_stream(seed: int, start: int, weights: dict[str, int] | None = None):
         index += 1
 
 
-def short_batch_stream(seed: int, start_batch: int, batch_size: int, weights: dict[str, int] | None = None):
+def short_batch_stream(
+    seed: int, start_batch: int, batch_size: int, weights: dict[str, int] | None = None, open_seed: bool = False
+):
     """Batches of short-answer items (scenes of their own, ``seed + SHORT_SEED_OFFSET``),
-    families drawn in proportion to ``weights`` (default: 1 each)."""
+    families drawn in proportion to ``weights`` (default: 1 each); ``open_seed``: see ``short_answer``."""
     stream = sample_stream(seed + SHORT_SEED_OFFSET, start_batch * batch_size, weights)
     while True:
-        yield [short_answer(next(stream)) for _ in range(batch_size)]
+        yield [short_answer(next(stream), open_seed) for _ in range(batch_size)]
 
 
 def parse_weights(text: str) -> dict[str, int]:
@@ -264,6 +272,12 @@ def main(argv: list[str] | None = None) -> None:
         help="oversample families in the short-answer items, e.g. 'seed=3,chart=2' (others keep 1)",
     )
     parser.add_argument(
+        "--open-seed-short",
+        action="store_true",
+        help="seed's short-answer items ask the question without its options (answer: the option's text, "
+        "not its letter), a direct signal for the scene attributes seed asks about",
+    )
+    parser.add_argument(
         "--full-weights",
         type=parse_weights,
         default={},
@@ -355,7 +369,9 @@ def main(argv: list[str] | None = None) -> None:
     batches = batch_stream(args.data_seed, start, args.batch_size, weights=args.full_weights)
     short_batches = None
     if args.short_batch_size:
-        short_batches = short_batch_stream(args.data_seed, start, args.short_batch_size, args.short_weights)
+        short_batches = short_batch_stream(
+            args.data_seed, start, args.short_batch_size, args.short_weights, args.open_seed_short
+        )
     began, window, short_window = time.time(), [], []
     for step in range(start, args.steps):
         for group in optimizer.param_groups:
@@ -408,6 +424,7 @@ def main(argv: list[str] | None = None) -> None:
         "short_batch_size": args.short_batch_size,
         "short_weights": args.short_weights,
         "full_weights": args.full_weights,
+        "open_seed_short": args.open_seed_short,
         "lr": args.lr,
         "image_feature_norm": args.image_feature_norm,
         "fresh_vision": args.fresh_vision,
