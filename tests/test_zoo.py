@@ -94,4 +94,4 @@ def test_evaluate_shows_each_answer_of_a_family_subset(capsys: pytest.CaptureFix
     assert "| ocr |" in out and "| seed |" not in out
     with pytest.raises(SystemExit):
         evaluate.main(["--model", "tiny-qwen2.5-vl", "--families", "ocr,charts"])
-    assert "give a comma-separated subset" in capsys.readouterr().err
+    assert "must be a non-empty subset" in capsys.readouterr().err

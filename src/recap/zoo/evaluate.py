@@ -34,6 +34,11 @@ def greedy(model: torch.nn.Module, processor: Any, prompt: str, image: Any, max_
     return out[0, inputs["input_ids"].shape[1] :].tolist()
 
 
+def check_families(families: Sequence[str]) -> None:
+    if not families or not set(families) <= set(suite.FAMILIES):
+        raise ValueError(f"families must be a non-empty subset of {', '.join(suite.FAMILIES)}; got {list(families)}")
+
+
 def evaluate(
     model: torch.nn.Module,
     processor: Any,
@@ -45,8 +50,7 @@ def evaluate(
 ) -> dict[str, Any]:
     """Evaluate on ``samples`` held-out items of each of ``families``; ``show(sample, answer,
     correct)`` is called once per greedy answer with the right image."""
-    if not families or not set(families) <= set(suite.FAMILIES):
-        raise ValueError(f"families must be a non-empty subset of {', '.join(suite.FAMILIES)}; got {list(families)}")
+    check_families(families)
     results: dict[str, Any] = {}
     lengths: list[int] = []
     pairs = differ = 0
@@ -123,8 +127,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--show", action="store_true", help="print each prompt, answer and expected field")
     args = parser.parse_args(argv)
     families = [f.strip() for f in args.families.split(",") if f.strip()]
-    if not set(families) <= set(suite.FAMILIES) or not families:
-        parser.error(f"--families: give a comma-separated subset of {', '.join(suite.FAMILIES)}")
+    try:
+        check_families(families)
+    except ValueError as error:
+        parser.error(f"--families: {error}")
     if args.threads:
         torch.set_num_threads(args.threads)
     model, processor = load_model(args.model, device="cpu", dtype="float32")
