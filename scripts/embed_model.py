@@ -32,7 +32,7 @@ processor so that no torchvision is needed).
 Tokenizer: byte-level BPE, {vocab} tokens, trained on suite text of seed {tokenizer_seed}.
 Loss on answer tokens only; AdamW, cosine learning rate to 10% of the peak; weights stored in
 float16 (load in float32 for exact, lossless comparisons). Total training time {minutes:.0f} minutes
-on a 2-core x86 CPU, one torch thread, shared with the other model's training run.
+on a 2-core x86 CPU{time_note} (phases with one torch thread ran side by side with the other model's).
 
 {phases}
 
@@ -48,7 +48,7 @@ sample's image: what the prompt alone gets right, the model's chance level.
 PHASE = """### Phase {number}: {start}{rescale}
 - command: `{command}`
 - data: suite samples of training seed {train_seed}, round-robin over families{weights}; per step {batch}
-- {steps} steps, peak lr {lr}, bf16 autocast: {bf16}; {minutes} minutes
+- {steps} steps, peak lr {lr}, bf16 autocast: {bf16}; {minutes} minutes, {threads} torch thread(s)
 - loss (full answers{short_note}): {loss_summary}"""
 
 
@@ -70,7 +70,41 @@ def loss_summary(phase: dict) -> str:
     )
 
 
+DISTILL_PHASE = """### Phase {number}: from {teacher} (`recap.zoo.distill`)
+- command: `{command}`
+- the text model and output layer copied from {teacher} (Llama attention with q/k/v biases, token rows matched
+  by string); a new CLIP tower (width {vision_hidden}) and projector trained to reproduce, for every 28-px patch,
+  {teacher}'s image token of the same square (mean squared error relative to the teacher's mean square)
+- data: suite images of training seed {train_seed}, {batch} per step; {steps} steps, peak lr {lr}; {minutes} minutes,
+  {threads} torch thread(s)
+- relative error (training / held-out images): {loss_summary}
+- {teacher} itself: {teacher_phases} phases, {teacher_minutes:.0f} minutes (its model card gives them)"""
+
+
+def render_distill_phase(number: int, phase: dict, command: str) -> str:
+    teacher = phase.get("teacher_training") or {}
+    history = phase["loss_history"]
+    marks = [history[0]] + [h for h in history if h["step"] % max(1, phase["steps"] // 5) == 0]
+    return DISTILL_PHASE.format(
+        number=number,
+        teacher=phase["teacher"],
+        command=command,
+        vision_hidden=phase["vision_hidden"],
+        train_seed=phase["train_seed"],
+        batch=phase["batch_size"],
+        steps=phase["steps"],
+        lr=phase["lr"],
+        minutes=phase["minutes"],
+        threads=phase["threads"],
+        loss_summary=", ".join(f"{h['loss']:.3f} / {h['held_out']:.3f} at step {h['step']}" for h in marks),
+        teacher_phases=len(phases(teacher)),
+        teacher_minutes=sum(p["minutes"] for p in phases(teacher)),
+    )
+
+
 def render_phase(number: int, phase: dict, command: str) -> str:
+    if phase.get("kind") == "distill":
+        return render_distill_phase(number, phase, command)
     short = phase.get("short_batch_size", 0)
     batch = f"{phase['batch_size']} full answers (length-bucketed)"
     if short:
@@ -87,6 +121,8 @@ def render_phase(number: int, phase: dict, command: str) -> str:
         start=(
             "from random weights"
             if number == 1
+            else f"from phase {number - 1}'s model"
+            if (phase.get("init_training") or {}).get("kind") == "distill"
             else f"from phase {number - 1}'s text model, with a new random vision tower"
             f" (width {phase['vision_hidden']}) and projector (`--fresh-vision`)"
             if phase.get("fresh_vision")
@@ -105,9 +141,15 @@ def render_phase(number: int, phase: dict, command: str) -> str:
         lr=phase["lr"],
         bf16=phase["bf16_autocast"],
         minutes=phase["minutes"],
+        threads=phase["threads"],
         short_note=" / short answers" if short else "",
         loss_summary=loss_summary(phase),
     )
+
+
+def teacher_minutes(chain: list[dict]) -> float:
+    """Training time of the model a distilled phase learned from (it is part of this model's cost)."""
+    return sum(p["minutes"] for phase in chain for p in phases(phase.get("teacher_training")))
 
 
 def main() -> None:
@@ -137,6 +179,7 @@ def main() -> None:
     torch.set_num_threads(2)
     result = evaluate(model, processor, args.eval_samples)
     (target / "evaluation.json").write_text(json.dumps(result, indent=1))
+    teacher = teacher_minutes(chain)
     card = CARD.format(
         name=args.name,
         params=training["parameters"] / 1e6,
@@ -146,7 +189,8 @@ def main() -> None:
         else "LLaVA-1.6 (CLIP tower, anyres tiling with pinpoints)",
         vocab=training["vocab_size"],
         tokenizer_seed=training["tokenizer_seed"],
-        minutes=sum(p["minutes"] for p in chain),
+        minutes=sum(p["minutes"] for p in chain) + teacher,
+        time_note=f", including {teacher:.0f} minutes of the teacher's phases" if teacher else "",
         phases="\n\n".join(render_phase(i + 1, p, c) for i, (p, c) in enumerate(zip(chain, args.command))),
         eval_table=markdown(result),
     )

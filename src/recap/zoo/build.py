@@ -122,10 +122,18 @@ LLAVA_PINPOINTS = [[112, 224], [224, 112], [224, 224]]
 
 
 def make_model(
-    arch: str, tokenizer: PreTrainedTokenizerFast, vision_hidden: int = 128, vision_intermediate: int | None = None
+    arch: str,
+    tokenizer: PreTrainedTokenizerFast,
+    vision_hidden: int = 128,
+    vision_intermediate: int | None = None,
+    attention_bias: bool = False,
+    rms_norm_eps: float | None = None,
 ) -> Any:
     """A randomly initialised model of ``arch`` (about 5M parameters with the default 128-wide
-    vision tower; MLP ``vision_intermediate``, default twice the width), sdpa attention."""
+    vision tower; MLP ``vision_intermediate``, default twice the width), sdpa attention.
+    ``attention_bias`` gives LLaVA's Llama text model q/k/v/o biases (Qwen2's have q/k/v biases),
+    so that a Qwen2.5-VL text model can be copied into it (``recap.zoo.distill``), whose
+    ``rms_norm_eps`` it then takes over (default: each architecture's own)."""
     vision_intermediate = vision_intermediate or 2 * vision_hidden
     vocab = len(tokenizer)
     ids = tokenizer.convert_tokens_to_ids
@@ -139,6 +147,8 @@ def make_model(
         max_position_embeddings=2048,
         tie_word_embeddings=False,
     )
+    if rms_norm_eps is not None:
+        text["rms_norm_eps"] = rms_norm_eps
     if arch == "qwen2.5-vl":
         from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
@@ -178,6 +188,7 @@ def make_model(
             text_config=dict(
                 text,
                 model_type="llama",
+                attention_bias=attention_bias,
                 bos_token_id=ids("<s>"),
                 eos_token_id=ids("</s>"),
                 pad_token_id=ids("<pad>"),
