@@ -22,7 +22,7 @@ CARD = """# {name}
 A {params:.1f}M-parameter `{cls}` trained from scratch on recap's offline seven-family suite
 (`recap.suite`), shipped inside the package so that recap's main job and tests run offline.
 It exercises the real transformers code path of {target}; its answers are learned from a
-small procedural world (flat shapes, large glyphs, bar charts), not from real images.
+small procedural world (flat shapes, large glyphs, bar charts), not from real images.{origin}
 
 Load it with `recap.zoo.load("{name}")`, or `from_pretrained` on this folder (call
 `recap.zoo.processors.register()` first for the Qwen processor, which drops the video
@@ -180,6 +180,7 @@ def main() -> None:
     result = evaluate(model, processor, args.eval_samples)
     (target / "evaluation.json").write_text(json.dumps(result, indent=1))
     teacher = teacher_minutes(chain)
+    distilled = [p for p in chain if p.get("kind") == "distill"]
     card = CARD.format(
         name=args.name,
         params=training["parameters"] / 1e6,
@@ -190,6 +191,12 @@ def main() -> None:
         vocab=training["vocab_size"],
         tokenizer_seed=training["tokenizer_seed"],
         minutes=sum(p["minutes"] for p in chain) + teacher,
+        origin=(
+            f"\nIts text model starts as a copy of {distilled[0]['teacher']}'s and its vision path was distilled from"
+            f" that model's (phase 1, `recap.zoo.distill`); no weights come from outside this project."
+            if distilled
+            else ""
+        ),
         time_note=f", including {teacher:.0f} minutes of the teacher's phases" if teacher else "",
         phases="\n\n".join(render_phase(i + 1, p, c) for i, (p, c) in enumerate(zip(chain, args.command))),
         eval_table=markdown(result),
