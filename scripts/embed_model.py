@@ -61,10 +61,15 @@ def phases(training: dict) -> list[dict]:
     return chain[::-1]
 
 
-def loss_summary(phase: dict) -> str:
+def loss_marks(phase: dict) -> list[dict]:
+    """The first logged entry and every fifth of the run."""
     history = phase["loss_history"]
-    marks = [history[0]] + [h for h in history if h["step"] % max(1, phase["steps"] // 5) == 0]
-    short = "short_loss" in history[-1]
+    return [history[0]] + [h for h in history if h["step"] % max(1, phase["steps"] // 5) == 0]
+
+
+def loss_summary(phase: dict) -> str:
+    marks = loss_marks(phase)
+    short = "short_loss" in phase["loss_history"][-1]
     return ", ".join(
         f"{h['loss']:.3f}" + (f" / {h['short_loss']:.3f}" if short else "") + f" at step {h['step']}" for h in marks
     )
@@ -83,8 +88,6 @@ DISTILL_PHASE = """### Phase {number}: from {teacher} (`recap.zoo.distill`)
 
 def render_distill_phase(number: int, phase: dict, command: str) -> str:
     teacher = phase.get("teacher_training") or {}
-    history = phase["loss_history"]
-    marks = [history[0]] + [h for h in history if h["step"] % max(1, phase["steps"] // 5) == 0]
     return DISTILL_PHASE.format(
         number=number,
         teacher=phase["teacher"],
@@ -96,7 +99,7 @@ def render_distill_phase(number: int, phase: dict, command: str) -> str:
         lr=phase["lr"],
         minutes=phase["minutes"],
         threads=phase["threads"],
-        loss_summary=", ".join(f"{h['loss']:.3f} / {h['held_out']:.3f} at step {h['step']}" for h in marks),
+        loss_summary=", ".join(f"{h['loss']:.3f} / {h['held_out']:.3f} at step {h['step']}" for h in loss_marks(phase)),
         teacher_phases=len(phases(teacher)),
         teacher_minutes=sum(p["minutes"] for p in phases(teacher)),
     )

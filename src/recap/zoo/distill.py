@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from .. import suite
 from .build import make_model
-from .train import image_features, learning_rate
+from .train import image_features, learning_rate, save_checkpoint
 
 GRID = 8  # 28-px squares per side of a 224-px image
 TILE = 4  # 28-px patches per side of a 112-px LLaVA tile
@@ -228,8 +228,7 @@ def main(argv: list[str] | None = None) -> None:
                 "history": history,
                 "elapsed": elapsed_before + time.time() - began,
             }
-            torch.save(state, checkpoint.with_suffix(".tmp"))
-            checkpoint.with_suffix(".tmp").replace(checkpoint)
+            save_checkpoint(checkpoint, state)
 
     final = args.out / "final"
     student.eval()

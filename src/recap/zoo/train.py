@@ -243,6 +243,12 @@ def transplant_text_model(source: torch.nn.Module, target: torch.nn.Module) -> i
     return len(text_keys)
 
 
+def save_checkpoint(checkpoint: Path, state: dict[str, Any]) -> None:
+    """Write a resumable training state atomically (a session may end mid-write)."""
+    torch.save(state, checkpoint.with_suffix(".tmp"))
+    checkpoint.with_suffix(".tmp").replace(checkpoint)
+
+
 def learning_rate(step: int, steps: int, peak: float, warmup: int) -> float:
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -407,8 +413,7 @@ def main(argv: list[str] | None = None) -> None:
                 "history": history,
                 "elapsed": elapsed_before + time.time() - began,
             }
-            torch.save(state, checkpoint.with_suffix(".tmp"))
-            checkpoint.with_suffix(".tmp").replace(checkpoint)
+            save_checkpoint(checkpoint, state)
 
     final = args.out / "final"
     model.eval()
