@@ -101,7 +101,7 @@ def render_distill_phase(number: int, phase: dict, command: str) -> str:
         threads=phase["threads"],
         loss_summary=", ".join(f"{h['loss']:.3f} / {h['held_out']:.3f} at step {h['step']}" for h in loss_marks(phase)),
         teacher_phases=len(phases(teacher)),
-        teacher_minutes=sum(p["minutes"] for p in phases(teacher)),
+        teacher_minutes=teacher_minutes([phase]),
     )
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ import torch.nn.functional as F
 
 from .. import suite
 from .build import make_model
-from .train import image_features, learning_rate, save_checkpoint
+from .train import image_features, learning_rate, save_checkpoint, write_summary
 
 GRID = 8  # 28-px squares per side of a 224-px image
 TILE = 4  # 28-px patches per side of a 112-px LLaVA tile
@@ -250,13 +249,8 @@ def main(argv: list[str] | None = None) -> None:
         "train_seed": args.data_seed,
         "vision_hidden": args.vision_hidden,
         "seed": args.seed,
-        "threads": torch.get_num_threads(),
-        "minutes": round((elapsed_before + time.time() - began) / 60, 1),
-        "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads",
-        "loss_history": history,
     }
-    (final / "training.json").write_text(json.dumps(summary, indent=1))
-    print(f"saved {final}", flush=True)
+    write_summary(final, summary, history, elapsed_before + time.time() - began)
 
 
 if __name__ == "__main__":

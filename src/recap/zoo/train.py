@@ -249,6 +249,19 @@ def save_checkpoint(checkpoint: Path, state: dict[str, Any]) -> None:
     checkpoint.with_suffix(".tmp").replace(checkpoint)
 
 
+def write_summary(final: Path, summary: dict[str, Any], history: list[dict], seconds: float) -> None:
+    """``final/training.json``: the run's ``summary`` plus what every run records (threads,
+    minutes, machine, loss history)."""
+    summary = summary | {
+        "threads": torch.get_num_threads(),
+        "minutes": round(seconds / 60, 1),
+        "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads",
+        "loss_history": history,
+    }
+    (final / "training.json").write_text(json.dumps(summary, indent=1))
+    print(f"saved {final}", flush=True)
+
+
 def learning_rate(step: int, steps: int, peak: float, warmup: int) -> float:
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -441,13 +454,8 @@ def main(argv: list[str] | None = None) -> None:
         "bf16_autocast": args.bf16,
         "init_from": str(args.init_from) if args.init_from else None,
         "init_training": _init_training(args.init_from),
-        "threads": torch.get_num_threads(),
-        "minutes": round((elapsed_before + time.time() - began) / 60, 1),
-        "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads",
-        "loss_history": history,
     }
-    (final / "training.json").write_text(json.dumps(summary, indent=1))
-    print(f"saved {final}", flush=True)
+    write_summary(final, summary, history, elapsed_before + time.time() - began)
 
 
 if __name__ == "__main__":
