@@ -112,7 +112,8 @@ def render_phase(number: int, phase: dict, command: str) -> str:
     batch = f"{phase['batch_size']} full answers (length-bucketed)"
     if short:
         batch += f" + {short} short-answer items (`recap.zoo.train.short_answer`"
-        batch += ", seed's asked without options, `--open-seed-short`)" if phase.get("open_seed_short") else ")"
+        forms = phase.get("seed_forms") or (["open"] if phase.get("open_seed_short") else ["letter"])
+        batch += f", seed's in the forms {', '.join(forms)}: `--seed-forms`)" if forms != ["letter"] else ")"
     weighted = [
         f"{part} weighted {', '.join(f'{k}={v}' for k, v in phase[key].items())}"
         for part, key in (("full answers", "full_weights"), ("short items", "short_weights"))

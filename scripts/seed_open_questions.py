@@ -3,7 +3,7 @@
     python scripts/seed_open_questions.py --model tiny-qwen2.5-vl --samples 40
 
 Asks each held-out ``seed`` question open-ended, as ``recap.zoo.train.short_answer(sample,
-open_seed=True)`` does (the option list removed, the short-answer instruction appended), and
+seed_forms=("open",))`` does (the option list removed, the short-answer instruction appended), and
 counts greedy answers equal to the correct option's text (case, a final period and a leading
 "the" ignored). It separates "cannot see the attribute" from "cannot map it to a letter".
 """
@@ -37,7 +37,7 @@ def main() -> None:
     model, processor = load_model(args.model, device="cpu", dtype="float32")
     right = 0
     for sample in suite.load("seed", args.samples, args.seed):
-        item = short_answer(sample, open_seed=True)  # the question alone; answer: the option's text
+        item = short_answer(sample, ("open",))  # the question alone; answer: the option's text
         question, truth = item.prompt, item.reference
         answer = decode(processor, greedy(model, processor, question, sample.image, 12)).strip()
         ok = normalized(answer) == normalized(truth)

@@ -147,7 +147,7 @@ def test_fresh_vision_phase_keeps_the_text_model_and_widens_the_vision_tower(tmp
     args += ["--fresh-vision", "--vision-hidden", "64", "--image-feature-norm", "20", "--open-seed-short"]
     train.main([*args, "--init-from", str(shipped), "--out", str(out)])  # short items: mmt, seed (open)
     summary = json.loads((out / "final" / "training.json").read_text())
-    assert summary["fresh_vision"] and summary["vision_hidden"] == 64 and summary["open_seed_short"]
+    assert summary["fresh_vision"] and summary["vision_hidden"] == 64 and summary["seed_forms"] == ["open"]
     saved = AutoModelForImageTextToText.from_pretrained(out / "final", dtype=torch.float32)
     assert saved.config.vision_config.hidden_size == 64
     for bad in (["--fresh-vision"], ["--init-from", str(shipped), "--vision-hidden", "64"]):
@@ -161,14 +161,38 @@ def test_open_seed_short_items_ask_the_question_without_options() -> None:
         question, option = seed_suite.open_form(sample.prompt, sample.check)
         assert question == sample.prompt.split("\n")[0] and question.endswith("?")
         assert f"{sample.check}. {option}" in sample.prompt or f"{sample.check}) {option}" in sample.prompt
-        short = train.short_answer(sample, open_seed=True)
+        short = train.short_answer(sample, seed_forms=("open",))
         assert short.prompt == f"{question}\n{train.SHORT_INSTRUCTION}" and short.reference == option
         assert train.short_answer(sample).reference == sample.check  # letters unless asked
     assert len({seed_suite.open_form(s.prompt, s.check)[1] for s in samples}) > 15  # colours, shapes, places, ...
     other = suite.load("mmt", 1, 11)[0]
-    assert train.short_answer(other, open_seed=True) == train.short_answer(other)
+    assert train.short_answer(other, seed_forms=("open",)) == train.short_answer(other)
     with pytest.raises(ValueError, match="four-option"):
         seed_suite.open_form("What colour is it?\nA. red\nB. blue", "A")
-    opened = [s for _, b in zip(range(2), train.short_batch_stream(5, 0, 8, open_seed=True)) for s in b]
+    opened = [s for _, b in zip(range(2), train.short_batch_stream(5, 0, 8, seed_forms=("open",))) for s in b]
     assert [s.seed for s in opened] == [s.seed for _, b in zip(range(2), train.short_batch_stream(5, 0, 8)) for s in b]
     assert all(s.reference not in seed_suite.LETTERS for s in opened if s.family == "seed")
+
+
+def test_seed_forms_mix_letter_open_and_lookup_items() -> None:
+    samples = suite.load("seed", 60, 12)
+    forms = ("letter", "open", "lookup")
+    seen = {train.seed_form(s, forms) for s in samples}
+    assert seen == set(forms)
+    for sample in samples:
+        short = train.short_answer(sample, forms)
+        question, option = seed_suite.open_form(sample.prompt, sample.check)
+        form = train.seed_form(sample, forms)
+        if form == "lookup":
+            lines = short.prompt.split("\n")
+            assert option in lines[0] and lines[0] != question and lines[1:5] == sample.prompt.split("\n")[1:5]
+            assert lines[5] == train.SHORT_INSTRUCTION and short.reference == sample.check
+        elif form == "open":
+            assert short.reference == option
+        else:
+            assert short.prompt == f"{sample.prompt}\n{train.SHORT_INSTRUCTION}" and short.reference == sample.check
+    assert len({train.short_answer(s, forms).prompt.split("\n")[0].split(" ")[1] for s in samples}) > 1  # wordings
+    assert train.parse_seed_forms(" open, lookup ") == ("open", "lookup")
+    for bad in ("", "letters", "open,closed"):
+        with pytest.raises(argparse.ArgumentTypeError, match="subset of letter, open, lookup"):
+            train.parse_seed_forms(bad)

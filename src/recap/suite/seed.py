@@ -64,6 +64,24 @@ def open_form(prompt: str, letter: str) -> tuple[str, str]:
     return question, options[letter]
 
 
+LOOKUP_QUESTIONS = (
+    "Which option says {}?",
+    "Which letter is {}?",
+    "Which option is {}?",
+    "Which letter goes with {}?",
+)
+
+
+def lookup_form(prompt: str, letter: str, wording: int = 0) -> tuple[str, str]:
+    """A ``seed`` item as a pure lookup: its options under a question that names option ``letter``'s
+    text (wording ``wording`` of ``LOOKUP_QUESTIONS``); the answer is ``letter``. This trains the
+    step from an option's text to its letter, without the scene."""
+    _, text = open_form(prompt, letter)
+    options = prompt.split("\n")[1:5]
+    question = LOOKUP_QUESTIONS[wording % len(LOOKUP_QUESTIONS)].format(text)
+    return "\n".join([question, *options]), letter
+
+
 def _answer(letter: str, why: str, *keys: int) -> str:
     """The letter first, in one of five formats, then the justification."""
     lw = why if why.startswith("I ") else why[:1].lower() + why[1:]

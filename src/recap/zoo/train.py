@@ -25,6 +25,7 @@ import platform
 import random
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,15 +42,30 @@ SHORT_INSTRUCTION = "Answer the question using a single word or phrase."
 SHORT_SEED_OFFSET = 500_000  # short-answer items come from data seed + this offset
 
 
-def short_answer(sample: suite.Sample, open_seed: bool = False) -> suite.Sample:
+SEED_FORMS = ("letter", "open", "lookup")
+
+
+def seed_form(sample: suite.Sample, forms: Sequence[str]) -> str:
+    """Which of ``forms`` (see ``short_answer``) the ``seed`` item ``sample`` takes: by its seed,
+    so the forms are mixed evenly and reproducibly."""
+    return forms[sample.seed % len(forms)]
+
+
+def short_answer(sample: suite.Sample, seed_forms: Sequence[str] = ("letter",)) -> suite.Sample:
     """The sample as a short-answer item: the instruction appended, the checkable field as answer.
-    ``describe`` asks for its checkable field (the number of objects) directly; with
-    ``open_seed``, ``seed`` asks its question without the options, answered by the option's text."""
+    ``describe`` asks for its checkable field (the number of objects) directly. A ``seed`` item
+    takes one of ``seed_forms``: "letter" (as asked, answered by the letter), "open" (the question
+    without the options, answered by the option's text: the scene attribute), "lookup" (the options
+    under a question naming the right option's text, answered by its letter: the text-to-letter step)."""
     prompt, answer = sample.prompt, sample.check
     if sample.family == "describe":
         prompt = "How many objects are in the picture?"
-    elif sample.family == "seed" and open_seed:
-        prompt, answer = seed_suite.open_form(sample.prompt, sample.check)
+    elif sample.family == "seed":
+        form = seed_form(sample, seed_forms)
+        if form == "open":
+            prompt, answer = seed_suite.open_form(sample.prompt, sample.check)
+        elif form == "lookup":
+            prompt, answer = seed_suite.lookup_form(sample.prompt, sample.check, sample.seed // len(seed_forms))
     return dataclasses.replace(sample, prompt=f"{prompt}\n{SHORT_INSTRUCTION}", reference=answer)
 
 
@@ -85,13 +101,25 @@ def sample_stream(seed: int, start: int, weights: dict[str, int] | None = None):
 
 
 def short_batch_stream(
-    seed: int, start_batch: int, batch_size: int, weights: dict[str, int] | None = None, open_seed: bool = False
+    seed: int,
+    start_batch: int,
+    batch_size: int,
+    weights: dict[str, int] | None = None,
+    seed_forms: Sequence[str] = ("letter",),
 ):
     """Batches of short-answer items (scenes of their own, ``seed + SHORT_SEED_OFFSET``),
-    families drawn in proportion to ``weights`` (default: 1 each); ``open_seed``: see ``short_answer``."""
+    families drawn in proportion to ``weights`` (default: 1 each); ``seed_forms``: see ``short_answer``."""
     stream = sample_stream(seed + SHORT_SEED_OFFSET, start_batch * batch_size, weights)
     while True:
-        yield [short_answer(next(stream), open_seed) for _ in range(batch_size)]
+        yield [short_answer(next(stream), seed_forms) for _ in range(batch_size)]
+
+
+def parse_seed_forms(text: str) -> tuple[str, ...]:
+    """``"letter,open,lookup"`` -> ("letter", "open", "lookup"), validated."""
+    forms = tuple(filter(None, (p.strip() for p in text.split(","))))
+    if not forms or not set(forms) <= set(SEED_FORMS):
+        raise argparse.ArgumentTypeError(f"expected a comma-separated subset of {', '.join(SEED_FORMS)}, got {text!r}")
+    return forms
 
 
 def parse_weights(text: str) -> dict[str, int]:
@@ -291,10 +319,19 @@ def main(argv: list[str] | None = None) -> None:
         help="oversample families in the short-answer items, e.g. 'seed=3,chart=2' (others keep 1)",
     )
     parser.add_argument(
+        "--seed-forms",
+        type=parse_seed_forms,
+        default=("letter",),
+        help="forms of seed's short-answer items, mixed evenly: letter (as asked), open (without the options, "
+        "answered by the option's text), lookup (the options under a question naming one, answered by its "
+        "letter); e.g. 'letter,open,lookup' (default: letter)",
+    )
+    parser.add_argument(
         "--open-seed-short",
-        action="store_true",
-        help="seed's short-answer items ask the question without its options (answer: the option's text, "
-        "not its letter), a direct signal for the scene attributes seed asks about",
+        dest="seed_forms",
+        action="store_const",
+        const=("open",),
+        help="the same as --seed-forms open",
     )
     parser.add_argument(
         "--full-weights",
@@ -389,7 +426,7 @@ def main(argv: list[str] | None = None) -> None:
     short_batches = None
     if args.short_batch_size:
         short_batches = short_batch_stream(
-            args.data_seed, start, args.short_batch_size, args.short_weights, args.open_seed_short
+            args.data_seed, start, args.short_batch_size, args.short_weights, args.seed_forms
         )
     began, window, short_window = time.time(), [], []
     for step in range(start, args.steps):
@@ -442,7 +479,7 @@ def main(argv: list[str] | None = None) -> None:
         "short_batch_size": args.short_batch_size,
         "short_weights": args.short_weights,
         "full_weights": args.full_weights,
-        "open_seed_short": args.open_seed_short,
+        "seed_forms": list(args.seed_forms),
         "lr": args.lr,
         "image_feature_norm": args.image_feature_norm,
         "fresh_vision": args.fresh_vision,
