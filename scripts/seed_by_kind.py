@@ -3,7 +3,9 @@
     python scripts/seed_by_kind.py --model tiny-qwen2.5-vl --model tiny-llava-next --samples 60
 
 Greedy answers to held-out ``seed`` items; each item's kind is read back from its seed, as
-``recap.suite.seed.generate`` draws it first. Chance is 25% for every kind.
+``recap.suite.seed.generate`` draws it first. Chance is 25% for every kind. The last row,
+"lookup", asks each item's options under a question that names the right option's text
+(``recap.suite.seed.lookup_form``): the step from an option's text to its letter, without the scene.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 
 from recap import suite
 from recap.loading import decode, load_model
-from recap.suite.seed import KINDS
+from recap.suite.seed import KINDS, lookup_form
 from recap.zoo.evaluate import EVAL_SEED, greedy
 
 
@@ -37,12 +39,17 @@ def main() -> None:
         for item, kind in zip(items, kinds):
             answer = decode(processor, greedy(model, processor, item.prompt, item.image, 16))
             right[kind] += suite.check_answer(item, answer)
+            question = lookup_form(item.prompt, item.check, item.seed)[0]
+            right["lookup"] += suite.check_answer(
+                item, decode(processor, greedy(model, processor, question, item.image, 16))
+            )
         rows[name] = {kind: f"{right[kind]}/{total[kind]}" for kind in KINDS} | {
-            "all": f"{sum(right.values())}/{len(items)}"
+            "all": f"{sum(right[kind] for kind in KINDS)}/{len(items)}",
+            "lookup": f"{right['lookup']}/{len(items)}",
         }
     print("| kind | " + " | ".join(args.model) + " |")
     print("|---|" + "---|" * len(args.model))
-    for kind in [*KINDS, "all"]:
+    for kind in [*KINDS, "all", "lookup"]:
         print(f"| {kind} | " + " | ".join(rows[name][kind] for name in args.model) + " |")
 
 
