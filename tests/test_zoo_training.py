@@ -192,7 +192,13 @@ def test_seed_forms_mix_letter_open_and_lookup_items() -> None:
         else:
             assert short.prompt == f"{sample.prompt}\n{train.SHORT_INSTRUCTION}" and short.reference == sample.check
     assert len({train.short_answer(s, forms).prompt.split("\n")[0].split(" ")[1] for s in samples}) > 1  # wordings
-    assert train.parse_seed_forms(" open, lookup ") == ("open", "lookup")
+    named = [train.short_answer(s, ("lookup-any",)) for s in samples]
+    assert all(
+        seed_suite.open_form(s.prompt, n.reference)[1] in n.prompt.split("\n")[0] for n, s in zip(named, samples)
+    )
+    assert 0 < sum(n.reference == s.check for n, s in zip(named, samples)) < len(samples) / 2
+    assert {n.reference for n in named} == set(seed_suite.LETTERS)
+    assert train.parse_seed_forms(" open, lookup-any ") == ("open", "lookup-any")
     for bad in ("", "letters", "open,closed"):
-        with pytest.raises(argparse.ArgumentTypeError, match="subset of letter, open, lookup"):
+        with pytest.raises(argparse.ArgumentTypeError, match="subset of letter, open, lookup, lookup-any"):
             train.parse_seed_forms(bad)

@@ -42,7 +42,7 @@ SHORT_INSTRUCTION = "Answer the question using a single word or phrase."
 SHORT_SEED_OFFSET = 500_000  # short-answer items come from data seed + this offset
 
 
-SEED_FORMS = ("letter", "open", "lookup")
+SEED_FORMS = ("letter", "open", "lookup", "lookup-any")
 
 
 def seed_form(sample: suite.Sample, forms: Sequence[str]) -> str:
@@ -56,7 +56,9 @@ def short_answer(sample: suite.Sample, seed_forms: Sequence[str] = ("letter",)) 
     ``describe`` asks for its checkable field (the number of objects) directly. A ``seed`` item
     takes one of ``seed_forms``: "letter" (as asked, answered by the letter), "open" (the question
     without the options, answered by the option's text: the scene attribute), "lookup" (the options
-    under a question naming the right option's text, answered by its letter: the text-to-letter step)."""
+    under a question naming the right option's text, answered by its letter: the text-to-letter step),
+    "lookup-any" (as "lookup", naming an option drawn from the item's seed: the right one in a quarter
+    of the items; "lookup" alone did not teach the lookup, see docs/experiments/2026-11-30/README.md)."""
     prompt, answer = sample.prompt, sample.check
     if sample.family == "describe":
         prompt = "How many objects are in the picture?"
@@ -64,8 +66,9 @@ def short_answer(sample: suite.Sample, seed_forms: Sequence[str] = ("letter",)) 
         form = seed_form(sample, seed_forms)
         if form == "open":
             prompt, answer = seed_suite.open_form(sample.prompt, sample.check)
-        elif form == "lookup":
-            prompt, answer = seed_suite.lookup_form(sample.prompt, sample.check, sample.seed // len(seed_forms))
+        elif form in ("lookup", "lookup-any"):
+            named = sample.check if form == "lookup" else random.Random(sample.seed).choice(seed_suite.LETTERS)
+            prompt, answer = seed_suite.lookup_form(sample.prompt, named, sample.seed // len(seed_forms))
     return dataclasses.replace(sample, prompt=f"{prompt}\n{SHORT_INSTRUCTION}", reference=answer)
 
 
@@ -324,7 +327,7 @@ def main(argv: list[str] | None = None) -> None:
         default=("letter",),
         help="forms of seed's short-answer items, mixed evenly: letter (as asked), open (without the options, "
         "answered by the option's text), lookup (the options under a question naming one, answered by its "
-        "letter); e.g. 'letter,open,lookup' (default: letter)",
+        "letter), lookup-any (as lookup, naming a random option); e.g. 'letter,open,lookup-any' (default: letter)",
     )
     parser.add_argument(
         "--open-seed-short",
