@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -198,6 +199,9 @@ def test_seed_forms_mix_letter_open_and_lookup_items() -> None:
     )
     assert 0 < sum(n.reference == s.check for n, s in zip(named, samples)) < len(samples) / 2
     assert {n.reference for n in named} == set(seed_suite.LETTERS)
+    kinds = [random.Random(s.seed).choice(seed_suite.KINDS) for s in samples]  # generate's first draw
+    by_kind = {k: {n.reference for n, kind in zip(named, kinds) if kind == k} for k in set(kinds)}
+    assert all(len(letters) >= 2 for letters in by_kind.values())  # the named letter does not reveal the kind
     assert train.parse_seed_forms(" open, lookup-any ") == ("open", "lookup-any")
     for bad in ("", "letters", "open,closed"):
         with pytest.raises(argparse.ArgumentTypeError, match="subset of letter, open, lookup, lookup-any"):
