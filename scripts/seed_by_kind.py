@@ -4,14 +4,16 @@
 
 Greedy answers to held-out ``seed`` items; each item's kind is read back from its seed, as
 ``recap.suite.seed.generate`` draws it first. Chance is 25% for every kind. The last row,
-"lookup", asks each item's options under a question that names the right option's text
-(``recap.suite.seed.lookup_form``): the step from an option's text to its letter, without the scene.
+"lookup", asks each item's options under a question that names one option's text, drawn apart from the
+scene (``recap.suite.seed.lookup_form``, ``recap.zoo.train.any_letter``): the step from an option's text
+to its letter, without the scene.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import random
 
 import torch
@@ -20,6 +22,7 @@ from recap import suite
 from recap.loading import decode, load_model
 from recap.suite.seed import KINDS, lookup_form
 from recap.zoo.evaluate import EVAL_SEED, greedy
+from recap.zoo.train import any_letter
 
 
 def main() -> None:
@@ -39,9 +42,10 @@ def main() -> None:
         for item, kind in zip(items, kinds):
             answer = decode(processor, greedy(model, processor, item.prompt, item.image, 16))
             right[kind] += suite.check_answer(item, answer)
-            question = lookup_form(item.prompt, item.check, item.seed)[0]
+            question, letter = lookup_form(item.prompt, any_letter(item.seed), item.seed)
+            named = dataclasses.replace(item, check=letter)
             right["lookup"] += suite.check_answer(
-                item, decode(processor, greedy(model, processor, question, item.image, 16))
+                named, decode(processor, greedy(model, processor, question, item.image, 16))
             )
         rows[name] = {kind: f"{right[kind]}/{total[kind]}" for kind in KINDS} | {
             "all": f"{sum(right[kind] for kind in KINDS)}/{len(items)}",

@@ -51,7 +51,7 @@ def seed_form(sample: suite.Sample, forms: Sequence[str]) -> str:
     return forms[sample.seed % len(forms)]
 
 
-def _any_letter(seed: int) -> str:
+def any_letter(seed: int) -> str:
     """An option letter drawn from ``seed`` independently of the scene (``random.Random(seed)``'s
     first draw is the seed question's kind, so its first letter would reveal the kind)."""
     return random.Random(f"lookup-any/{seed}").choice(seed_suite.LETTERS)
@@ -73,7 +73,7 @@ def short_answer(sample: suite.Sample, seed_forms: Sequence[str] = ("letter",)) 
         if form == "open":
             prompt, answer = seed_suite.open_form(sample.prompt, sample.check)
         elif form in ("lookup", "lookup-any"):
-            named = sample.check if form == "lookup" else _any_letter(sample.seed)
+            named = sample.check if form == "lookup" else any_letter(sample.seed)
             prompt, answer = seed_suite.lookup_form(sample.prompt, named, sample.seed // len(seed_forms))
     return dataclasses.replace(sample, prompt=f"{prompt}\n{SHORT_INSTRUCTION}", reference=answer)
 
