@@ -49,7 +49,7 @@ PHASE = """### Phase {number}: {start}{rescale}
 - command: `{command}`
 - data: suite samples of training seed {train_seed}, round-robin over families{weights}; per step {batch}
 - {steps} steps, peak lr {lr}, bf16 autocast: {bf16}; {minutes} minutes, {threads} torch thread(s)
-- loss (full answers{short_note}): {loss_summary}"""
+- {loss_summary}"""
 
 
 def phases(training: dict) -> list[dict]:
@@ -67,12 +67,14 @@ def loss_marks(phase: dict) -> list[dict]:
     return [history[0]] + [h for h in history if h["step"] % max(1, phase["steps"] // 5) == 0]
 
 
+LOSS_PARTS = {"loss": "full answers", "short_loss": "short answers", "lookup_loss": "text-only lookups"}
+
+
 def loss_summary(phase: dict) -> str:
-    marks = loss_marks(phase)
-    short = "short_loss" in phase["loss_history"][-1]
-    return ", ".join(
-        f"{h['loss']:.3f}" + (f" / {h['short_loss']:.3f}" if short else "") + f" at step {h['step']}" for h in marks
-    )
+    """ "loss (full answers / short answers): 0.512 / 0.701 at step 20, ..." for the parts the phase trained."""
+    keys = [k for k in LOSS_PARTS if k in phase["loss_history"][-1]]
+    values = ", ".join(" / ".join(f"{h[k]:.3f}" for k in keys) + f" at step {h['step']}" for h in loss_marks(phase))
+    return f"loss ({' / '.join(LOSS_PARTS[k] for k in keys)}): {values}"
 
 
 DISTILL_PHASE = """### Phase {number}: from {teacher} (`recap.zoo.distill`)
@@ -108,12 +110,18 @@ def render_distill_phase(number: int, phase: dict, command: str) -> str:
 def render_phase(number: int, phase: dict, command: str) -> str:
     if phase.get("kind") == "distill":
         return render_distill_phase(number, phase, command)
-    short = phase.get("short_batch_size", 0)
-    batch = f"{phase['batch_size']} full answers (length-bucketed)"
+    short, lookups = phase.get("short_batch_size", 0), phase.get("lookup_batch_size", 0)
+    parts = [f"{phase['batch_size']} full answers (length-bucketed)"] if phase["batch_size"] else []
     if short:
-        batch += f" + {short} short-answer items (`recap.zoo.train.short_answer`"
         forms = phase.get("seed_forms") or (["open"] if phase.get("open_seed_short") else ["letter"])
-        batch += f", seed's in the forms {', '.join(forms)}: `--seed-forms`)" if forms != ["letter"] else ")"
+        named = f", seed's in the forms {', '.join(forms)}: `--seed-forms`" if forms != ["letter"] else ""
+        parts.append(f"{short} short-answer items (`recap.zoo.train.short_answer`{named})")
+    if lookups:
+        parts.append(
+            f"{lookups} text-only seed option lookups (`recap.zoo.train.lookup_batch_stream`: the options under"
+            " a question naming one, answered by its letter, no image)"
+        )
+    batch = " + ".join(parts)
     weighted = [
         f"{part} weighted {', '.join(f'{k}={v}' for k, v in phase[key].items())}"
         for part, key in (("full answers", "full_weights"), ("short items", "short_weights"))
@@ -146,7 +154,6 @@ def render_phase(number: int, phase: dict, command: str) -> str:
         bf16=phase["bf16_autocast"],
         minutes=phase["minutes"],
         threads=phase["threads"],
-        short_note=" / short answers" if short else "",
         loss_summary=loss_summary(phase),
     )
 

@@ -17,7 +17,7 @@ import recap
 from recap import suite
 from recap.loading import build_inputs
 from recap.suite import seed as seed_suite
-from recap.zoo import train
+from recap.zoo import ROOT, train
 from recap.zoo.processors import register
 
 
@@ -43,6 +43,18 @@ def test_training_smoke_run_resumes_and_saves_a_loadable_model(tmp_path: Path) -
     assert second["init_training"]["loss_history"] == summary["loss_history"]
     assert second["train_seed"] == 7 and "short_loss" not in second["loss_history"][0]
     assert (phase2 / "final" / "tokenizer.json").read_text() == (out / "final" / "tokenizer.json").read_text()
+
+    # a phase of text-only option lookups alone
+    phase3 = tmp_path / "phase3"
+    lookup_args = "--arch qwen2.5-vl --steps 1 --batch-size 0 --short-batch-size 0 --lookup-batch-size 3".split()
+    train.main([*lookup_args, "--warmup", "1", "--out", str(phase3), "--init-from", str(phase2 / "final")])
+    third = json.loads((phase3 / "final" / "training.json").read_text())
+    assert set(third["loss_history"][0]) == {"step", "lookup_loss", "minutes"} and third["lookup_batch_size"] == 3
+    assert third["loss_history"][0]["lookup_loss"] > 0
+    with pytest.raises(SystemExit):  # nothing to train on
+        train.main(
+            ["--arch", "qwen2.5-vl", "--out", str(tmp_path / "none"), "--batch-size", "0", "--short-batch-size", "0"]
+        )
 
     register()
     model = AutoModelForImageTextToText.from_pretrained(out / "final", dtype=torch.float32).eval()
@@ -173,6 +185,30 @@ def test_open_seed_short_items_ask_the_question_without_options() -> None:
     opened = [s for _, b in zip(range(2), train.short_batch_stream(5, 0, 8, seed_forms=("open",))) for s in b]
     assert [s.seed for s in opened] == [s.seed for _, b in zip(range(2), train.short_batch_stream(5, 0, 8)) for s in b]
     assert all(s.reference not in seed_suite.LETTERS for s in opened if s.family == "seed")
+
+
+@pytest.mark.parametrize("arch", ["qwen2.5-vl", "llava-next"])
+def test_text_only_lookups_are_seed_options_without_the_image(arch: str) -> None:
+    first, second = itertools.islice(train.lookup_batch_stream(3, 0, 8), 2)
+    assert [s.seed for s in train.lookup_batch_stream(3, 1, 8).__next__()] == [s.seed for s in second]  # resumable
+    assert all(s.family == "seed" for s in first + second) and len({s.seed for s in first + second}) == 16
+    for sample in first:
+        lines = sample.prompt.split("\n")
+        assert sample.reference in seed_suite.LETTERS and lines[-1] == train.SHORT_INSTRUCTION
+        _, option = seed_suite.open_form("\n".join(lines[:5]), sample.reference)
+        assert option in lines[0]  # the question names the answer's option
+    register()
+    processor = AutoProcessor.from_pretrained(ROOT / f"tiny-{arch}")  # the shipped model's
+    batch = train.collate(first, processor, arch, with_images=False)
+    assert set(batch) == {"input_ids", "attention_mask", "labels"}
+    image_token = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
+    assert not (batch["input_ids"] == image_token).any()
+    answers = [row[row != -100].tolist() for row in batch["labels"]]
+    eos = processor.tokenizer.eos_token_id
+    assert [processor.tokenizer.decode(a[:-1]) for a in answers] == [s.reference for s in first]
+    assert all(a[-1] == eos for a in answers)
+    with_image = train.collate(first, processor, arch)
+    assert (with_image["input_ids"] == image_token).any() and "pixel_values" in with_image
 
 
 def test_seed_forms_mix_letter_open_and_lookup_items() -> None:

@@ -40,6 +40,7 @@ TOKENIZER_SEED = 7001  # corpus the tokenizer is trained on
 TRAIN_SEED = 1001  # training samples; evaluation uses other seeds
 SHORT_INSTRUCTION = "Answer the question using a single word or phrase."
 SHORT_SEED_OFFSET = 500_000  # short-answer items come from data seed + this offset
+LOOKUP_SEED_OFFSET = 700_000  # text-only lookups come from data seed + this offset
 
 
 SEED_FORMS = ("letter", "open", "lookup", "lookup-any")
@@ -123,6 +124,22 @@ def short_batch_stream(
         yield [short_answer(next(stream), seed_forms) for _ in range(batch_size)]
 
 
+def lookup_batch_stream(seed: int, start_batch: int, batch_size: int):
+    """Batches of text-only ``seed`` lookups (``seed + LOOKUP_SEED_OFFSET``): each item's options
+    under a question naming one of them, drawn apart from the scene (``any_letter``), answered by
+    its letter; ``collate(..., with_images=False)`` drops the image. A model learns the lookup from
+    thousands of these in a row, not from a few mixed into image batches (docs/experiments/2026-11-30)."""
+    others = {family: 0 for family in suite.FAMILIES if family != "seed"}
+    stream = sample_stream(seed + LOOKUP_SEED_OFFSET, start_batch * batch_size, others)
+    while True:
+        batch = []
+        for _ in range(batch_size):
+            sample = next(stream)
+            prompt, letter = seed_suite.lookup_form(sample.prompt, any_letter(sample.seed), sample.seed)
+            batch.append(dataclasses.replace(sample, prompt=f"{prompt}\n{SHORT_INSTRUCTION}", reference=letter))
+        yield batch
+
+
 def parse_seed_forms(text: str) -> tuple[str, ...]:
     """``"letter,open,lookup"`` -> ("letter", "open", "lookup"), validated."""
     forms = tuple(filter(None, (p.strip() for p in text.split(","))))
@@ -163,19 +180,23 @@ def batch_stream(seed: int, start_batch: int, batch_size: int, pool: int = 4, we
             number += 1
 
 
-def collate(samples: list[suite.Sample], processor: Any, arch: str) -> dict[str, torch.Tensor]:
-    """One padded batch: chat-templated prompt with the image, then the answer and EOS;
-    the loss sees only answer tokens. Prompt and answer are tokenized apart, so the
-    boundary is exactly the one generation starts from."""
+def collate(
+    samples: list[suite.Sample], processor: Any, arch: str, with_images: bool = True
+) -> dict[str, torch.Tensor]:
+    """One padded batch: chat-templated prompt with the image (none if not ``with_images``), then
+    the answer and EOS; the loss sees only answer tokens. Prompt and answer are tokenized apart,
+    so the boundary is exactly the one generation starts from."""
     tokenizer = processor.tokenizer
+    image_part = [{"type": "image"}] if with_images else []
     texts = [
         processor.apply_chat_template(
-            [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": s.prompt}]}],
+            [{"role": "user", "content": [*image_part, {"type": "text", "text": s.prompt}]}],
             add_generation_prompt=True,
         )
         for s in samples
     ]
-    prompts = processor(images=[s.image for s in samples], text=texts)
+    images = {"images": [s.image for s in samples]} if with_images else {}
+    prompts = processor(text=texts, **images)
     eos = tokenizer.eos_token_id
     answers = [tokenizer(s.reference, add_special_tokens=False)["input_ids"] + [eos] for s in samples]
     rows = [list(p) + a for p, a in zip(prompts["input_ids"], answers)]
@@ -190,6 +211,8 @@ def collate(samples: list[suite.Sample], processor: Any, arch: str) -> dict[str,
         labels[i, n : n + m] = torch.tensor(answer)
         attention[i, : n + m] = 1
     batch = {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
+    if not with_images:
+        return batch
     if arch == "qwen2.5-vl":
         types = torch.zeros((len(rows), width), dtype=torch.long)
         for i, t in enumerate(prompts["mm_token_type_ids"]):
@@ -318,8 +341,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--arch", choices=ARCHS, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--batch-size", type=int, default=16, help="full-answer samples per step")
+    parser.add_argument("--batch-size", type=int, default=16, help="full-answer samples per step (0: none)")
     parser.add_argument("--short-batch-size", type=int, default=16, help="short-answer items per step (0: none)")
+    parser.add_argument(
+        "--lookup-batch-size",
+        type=int,
+        default=0,
+        help="text-only seed option lookups per step (the options under a question naming one; default 0: none)",
+    )
     parser.add_argument("--data-seed", type=int, default=TRAIN_SEED, help="seed of the training samples")
     parser.add_argument(
         "--short-weights",
@@ -373,6 +402,9 @@ def main(argv: list[str] | None = None) -> None:
         "--bf16", action="store_true", help="bf16 autocast (slower than float32 on the 2-core x86 CPU measured here)"
     )
     args = parser.parse_args(argv)
+    sizes = (args.batch_size, args.short_batch_size, args.lookup_batch_size)
+    if min(sizes) < 0 or not any(sizes):
+        parser.error("--batch-size, --short-batch-size and --lookup-batch-size must be >= 0, one of them > 0")
     if args.fresh_vision and not args.init_from:
         parser.error("--fresh-vision keeps the text model of --init-from: give --init-from")
     if args.init_from and not args.fresh_vision and (args.vision_hidden or args.vision_intermediate):
@@ -431,33 +463,33 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{args.arch}: {parameters / 1e6:.2f}M parameters, vocab {len(processor.tokenizer)}", flush=True)
 
     model.train()
-    batches = batch_stream(args.data_seed, start, args.batch_size, weights=args.full_weights)
-    short_batches = None
+    streams = {}  # log name -> (batches, with images)
+    if args.batch_size:
+        streams["loss"] = (batch_stream(args.data_seed, start, args.batch_size, weights=args.full_weights), True)
     if args.short_batch_size:
-        short_batches = short_batch_stream(
-            args.data_seed, start, args.short_batch_size, args.short_weights, args.seed_forms
-        )
-    began, window, short_window = time.time(), [], []
+        short = short_batch_stream(args.data_seed, start, args.short_batch_size, args.short_weights, args.seed_forms)
+        streams["short_loss"] = (short, True)
+    if args.lookup_batch_size:
+        streams["lookup_loss"] = (lookup_batch_stream(args.data_seed, start, args.lookup_batch_size), False)
+    began, windows = time.time(), {name: [] for name in streams}
     for step in range(start, args.steps):
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, args.steps, args.lr, args.warmup)
         optimizer.zero_grad(set_to_none=True)
-        parts = [(next(batches), window)] + ([(next(short_batches), short_window)] if short_batches else [])
-        for samples, losses in parts:
+        for name, (batches, with_images) in streams.items():
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-                loss = model(**collate(samples, processor, args.arch)).loss
-            loss.backward()  # the two parts' mean losses are summed
-            losses.append(loss.item())
+                loss = model(**collate(next(batches), processor, args.arch, with_images)).loss
+            loss.backward()  # the parts' mean losses are summed
+            windows[name].append(loss.item())
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         done = step + 1
         if done % args.log_every == 0 or done == args.steps:
             elapsed = elapsed_before + time.time() - began
-            entry = {"step": done, "loss": round(sum(window) / len(window), 4), "minutes": round(elapsed / 60, 2)}
-            if short_window:
-                entry["short_loss"] = round(sum(short_window) / len(short_window), 4)
+            entry = {"step": done, **{k: round(sum(v) / len(v), 4) for k, v in windows.items()}}
+            entry["minutes"] = round(elapsed / 60, 2)
             history.append(entry)
-            window, short_window = [], []
+            windows = {name: [] for name in streams}
             shown = " ".join(f"{k} {v}" for k, v in entry.items() if k not in ("step", "minutes"))
             print(
                 f"step {done}/{args.steps} {shown} lr {optimizer.param_groups[0]['lr']:.2e} {elapsed / 60:.1f} min",
@@ -486,6 +518,7 @@ def main(argv: list[str] | None = None) -> None:
         "steps": args.steps,
         "batch_size": args.batch_size,
         "short_batch_size": args.short_batch_size,
+        "lookup_batch_size": args.lookup_batch_size,
         "short_weights": args.short_weights,
         "full_weights": args.full_weights,
         "seed_forms": list(args.seed_forms),
