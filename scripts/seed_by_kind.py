@@ -6,7 +6,8 @@ Greedy answers to held-out ``seed`` items; each item's kind is read back from it
 ``recap.suite.seed.generate`` draws it first. Chance is 25% for every kind. The last row,
 "lookup", asks each item's options under a question that names one option's text, drawn apart from the
 scene (``recap.suite.seed.lookup_form``, ``recap.zoo.train.any_letter``): the step from an option's text
-to its letter, without the scene.
+to its letter, without the scene. The ", short" rows ask with the short-answer instruction, as
+``recap.zoo.train``'s short items do.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from recap import suite
 from recap.loading import decode, load_model
 from recap.suite.seed import KINDS, lookup_form
 from recap.zoo.evaluate import EVAL_SEED, greedy
-from recap.zoo.train import any_letter
+from recap.zoo.train import SHORT_INSTRUCTION, any_letter
+
+EXTRA_ROWS = ("all, short", "lookup", "lookup, short")
 
 
 def main() -> None:
@@ -44,16 +47,18 @@ def main() -> None:
             right[kind] += suite.check_answer(item, answer)
             question, letter = lookup_form(item.prompt, any_letter(item.seed), item.seed)
             named = dataclasses.replace(item, check=letter)
-            right["lookup"] += suite.check_answer(
-                named, decode(processor, greedy(model, processor, question, item.image, 16))
-            )
+            for row, prompt in (("lookup", question), ("lookup, short", f"{question}\n{SHORT_INSTRUCTION}")):
+                answer = decode(processor, greedy(model, processor, prompt, item.image, 16))
+                right[row] += suite.check_answer(named, answer)
+            short = decode(processor, greedy(model, processor, f"{item.prompt}\n{SHORT_INSTRUCTION}", item.image, 16))
+            right["all, short"] += suite.check_answer(item, short)
         rows[name] = {kind: f"{right[kind]}/{total[kind]}" for kind in KINDS} | {
             "all": f"{sum(right[kind] for kind in KINDS)}/{len(items)}",
-            "lookup": f"{right['lookup']}/{len(items)}",
+            **{row: f"{right[row]}/{len(items)}" for row in EXTRA_ROWS},
         }
     print("| kind | " + " | ".join(args.model) + " |")
     print("|---|" + "---|" * len(args.model))
-    for kind in [*KINDS, "all", "lookup"]:
+    for kind in [*KINDS, "all", *EXTRA_ROWS]:
         print(f"| {kind} | " + " | ".join(rows[name][kind] for name in args.model) + " |")
 
 
