@@ -159,6 +159,8 @@ def test_check_parsers() -> None:
     assert find_numbers("Twenty-one cats, 5 dogs and three birds.") == [21, 5, 3]
     assert extract_letter("The answer is (C) because ...") == "C"
     assert extract_letter("B. The star is red.") == "B"
+    assert extract_letter("B") == "B" and extract_letter(" C\n") == "C"  # a bare letter: the short-answer form
+    assert extract_letter("A cat.") is None
     assert extract_letter("A red star. Option D is correct.") == "D"
     assert extract_letter("So the answer is a circle, which is option B.") == "B"  # "a" is not A
     s = next(x for x in suite.load("mmt", 200, 8) if x.check.isdigit())

@@ -37,6 +37,7 @@ BINARY_FACTS = {
 _BINARY_RE = re.compile(r"\b(attract|repel|float|sink|day|night)", re.IGNORECASE)
 _LETTER_RES = (
     re.compile(r"^\s*\(?([A-D])\s*[\).:,]"),
+    re.compile(r"^\s*([A-D])\s*$"),  # the whole answer is the letter (the short-answer form)
     re.compile(r"^\s*([A-D])\s+is\b"),
     re.compile(r"\(([A-D])\)"),
     re.compile(r"\b(?i:answer|option|choice|letter)\s+(?i:is\s+)?\(?([A-D])\b"),
