@@ -47,7 +47,7 @@ sample's image: what the prompt alone gets right, the model's chance level.
 
 PHASE = """### Phase {number}: {start}{rescale}
 - command: `{command}`
-- data: suite samples of training seed {train_seed}, round-robin over families{weights}; per step {batch}
+- data: {source} of training seed {train_seed}{weights}; per step {batch}
 - {steps} steps, peak lr {lr}, bf16 autocast: {bf16}; {minutes} minutes, {threads} torch thread(s)
 - {loss_summary}"""
 
@@ -148,6 +148,7 @@ def render_phase(number: int, phase: dict, command: str) -> str:
         ),
         command=command,
         train_seed=phase["train_seed"],
+        source="suite samples, round-robin over families" if phase["batch_size"] or short else "seed items",
         batch=batch,
         steps=phase["steps"],
         lr=phase["lr"],
@@ -203,7 +204,8 @@ def main() -> None:
         tokenizer_seed=training["tokenizer_seed"],
         minutes=sum(p["minutes"] for p in chain) + teacher,
         origin=(
-            f"\nIts text model starts as a copy of {distilled[0]['teacher']}'s and its vision path was distilled from"
+            f"\nIts text model starts as a copy of {distilled[0]['teacher']}'s (after that model's"
+            f" {len(phases(distilled[0].get('teacher_training')))} phases) and its vision path was distilled from"
             f" that model's (phase 1, `recap.zoo.distill`); no weights come from outside this project."
             if distilled
             else ""
