@@ -3,9 +3,9 @@
     python scripts/lookup_text_trial.py --model tiny-qwen2.5-vl --steps 1500 --batch-size 32
 
 Trains the model (in memory, nothing saved) on ``seed`` lookups without their image: the options
-under a question naming one of them (``recap.suite.seed.lookup_form``, the named letter drawn apart
-from the scene by ``recap.zoo.train.any_letter``), loss on the letter; every 250 steps it scores
-held-out lookups (seed 424242) by the most likely of the four letters.
+under a question naming one of them (``recap.zoo.train.short_answer`` in the form "lookup-any": the
+named letter drawn apart from the scene by ``recap.zoo.train.any_letter``), loss on the letter; every
+250 steps it scores held-out lookups (seed 424242) by the most likely of the four letters.
 """
 
 from __future__ import annotations
@@ -18,19 +18,17 @@ import torch
 
 from recap import suite
 from recap.loading import build_inputs, load_model
-from recap.suite.seed import LETTERS, lookup_form
+from recap.suite.seed import LETTERS
 from recap.zoo.evaluate import EVAL_SEED
-from recap.zoo.train import SHORT_INSTRUCTION, TRAIN_SEED, any_letter
+from recap.zoo.train import TRAIN_SEED, short_answer
 
 
 def lookups(processor, seed: int, count: int) -> list[tuple[torch.Tensor, int]]:
     """(prompt token ids, index of the named letter) for ``count`` seed items of ``seed``."""
     items = []
     for i in range(count):
-        sample = suite.generate("seed", suite.sample_seed("seed", seed, i))
-        prompt, letter = lookup_form(sample.prompt, any_letter(sample.seed), sample.seed)
-        ids = build_inputs(processor, f"{prompt}\n{SHORT_INSTRUCTION}")["input_ids"][0]
-        items.append((ids, LETTERS.index(letter)))
+        lookup = short_answer(suite.generate("seed", suite.sample_seed("seed", seed, i)), ("lookup-any",))
+        items.append((build_inputs(processor, lookup.prompt)["input_ids"][0], LETTERS.index(lookup.reference)))
     return items
 
 
