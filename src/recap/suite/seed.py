@@ -1,7 +1,7 @@
 """``seed``: SEED-Bench-like four-option multiple choice about a shape scene.
 
-The prompt lists options A-D; the reference states the letter first (in one of
-several content-chosen formats) and then justifies it in a sentence or two.
+The prompt lists options A-D; the reference justifies in a sentence or two, then
+restates the chosen option and gives its letter ("... So the answer is 2 (C).").
 Question kinds (SEED-Bench's instance identity, attributes and counting): which listed
 colour appears, which listed shape appears, how many of one shape, how many in all.
 Kinds that bind two attributes of one object in a multi-object scene (the colour of a
@@ -95,19 +95,19 @@ def lookup_form(prompt: str, letter: str, wording: int = 0) -> tuple[str, str]:
     return "\n".join([question, *options]), letter
 
 
-def _answer(letter: str, why: str, *keys: int) -> str:
-    """The letter first, in one of five formats, then the justification."""
-    lw = why if why.startswith("I ") else why[:1].lower() + why[1:]
-    return pick(
+def _answer(letter: str, option: str, why: str, *keys: int) -> str:
+    """The justification first, then the chosen option's text and its letter in one of four
+    formats: the letter is looked up from an option already named, not perceived in one step."""
+    final = pick(
         (
-            f"{letter}. {cap(why)}",
-            f"({letter}) {cap(why)}",
-            f"The answer is {letter}. {cap(why)}",
-            f"Option {letter} is correct: {lw}",
-            f"{letter} is the right choice, because {lw}",
+            f"So the answer is {option} ({letter}).",
+            f"The right option is therefore {option} ({letter}).",
+            f"That matches the option {option} ({letter}).",
+            f"Hence {option} ({letter}) is correct.",
         ),
         *keys,
     )
+    return f"{cap(why)} {final}"
 
 
 def _colour(rng: random.Random) -> tuple[Scene, str, str, Obj, int]:
@@ -234,5 +234,6 @@ def generate(rng: random.Random) -> tuple[Image.Image, str, str, str]:
     kind = rng.choice(KINDS)
     scene, prompt, why, o, k = _MAKERS[kind](rng)
     letter = LETTERS[k]
-    ref = finish([_answer(letter, why, o.ci, k, o.si)], tail(scene, o, o.cell, k), min_words=24)
+    option = open_form(prompt, letter)[1]
+    ref = finish([_answer(letter, option, why, o.ci, k, o.si)], tail(scene, o, o.cell, k), min_words=24)
     return render_scene(scene), prompt, ref, letter
