@@ -221,6 +221,7 @@ def test_seed_options_are_decided_by_the_image_and_letters_are_balanced() -> Non
     for item in suite.load("seed", 240, 9):
         kind = random.Random(item.seed).choice(KINDS)
         letters[kind][item.check] += 1
+        assert f"{open_form(item.prompt, item.check)[1]} ({item.check})" in item.reference  # restated, then the letter
         if kind != "colour":
             continue
         pixels = collections.Counter({rgb: n for n, rgb in item.image.getcolors(224 * 224)})

@@ -95,10 +95,10 @@ def lookup_form(prompt: str, letter: str, wording: int = 0) -> tuple[str, str]:
     return "\n".join([question, *options]), letter
 
 
-def _answer(letter: str, option: str, why: str, *keys: int) -> str:
-    """The justification first, then the chosen option's text and its letter in one of four
-    formats: the letter is looked up from an option already named, not perceived in one step."""
-    final = pick(
+def answer_sentence(option: str, letter: str, *keys: int) -> str:
+    """The sentence that ends a ``seed`` answer: the chosen option's text, then its letter
+    (one of four wordings, picked by ``keys``)."""
+    return pick(
         (
             f"So the answer is {option} ({letter}).",
             f"The right option is therefore {option} ({letter}).",
@@ -107,7 +107,12 @@ def _answer(letter: str, option: str, why: str, *keys: int) -> str:
         ),
         *keys,
     )
-    return f"{cap(why)} {final}"
+
+
+def _answer(letter: str, option: str, why: str, *keys: int) -> str:
+    """The justification first, then ``answer_sentence``: the letter is looked up from an option
+    already named, not perceived in one step."""
+    return f"{cap(why)} {answer_sentence(option, letter, *keys)}"
 
 
 def _colour(rng: random.Random) -> tuple[Scene, str, str, Obj, int]:
