@@ -34,6 +34,7 @@ import torch
 
 from .. import suite
 from ..suite import seed as seed_suite
+from ..suite.text import join_and
 from .build import ARCHS, make_model, make_processor, train_tokenizer
 
 TOKENIZER_SEED = 7001  # corpus the tokenizer is trained on
@@ -58,6 +59,25 @@ def any_letter(seed: int) -> str:
     return random.Random(f"lookup-any/{seed}").choice(seed_suite.LETTERS)
 
 
+def sentence_lead(prompt: str, named: str, seed: int) -> str:
+    """Zero to two sentences before a "sentence" lookup's closing sentence, drawn from ``seed``,
+    that name the options (the others last in some): the named option then sits at varying
+    distances from the answer's start and after other options, as in a real ``seed`` answer, so the
+    letter cannot be found by position."""
+    rng = random.Random(f"sentence-lead/{seed}")
+    options = {letter: seed_suite.open_form(prompt, letter)[1] for letter in seed_suite.LETTERS}
+    listed = rng.sample(list(options.values()), 4)
+    others = rng.sample([text for letter, text in options.items() if letter != named], 2)
+    sentences = (
+        f"The options are {join_and(listed)}.",
+        f"Of {join_and(listed, 'or')}, only one fits.",
+        f"The question lists {join_and(listed)}, and I compare them with the picture.",
+        f"It is not {others[0]}, and it is not {others[1]}.",
+        f"Neither {others[0]} nor {others[1]} is right here.",
+    )
+    return "".join(f"{text} " for text in rng.sample(sentences, rng.randint(0, 2)))
+
+
 def short_answer(sample: suite.Sample, seed_forms: Sequence[str] = ("letter",)) -> suite.Sample:
     """The sample as a short-answer item: the instruction appended, the checkable field as answer.
     ``describe`` asks for its checkable field (the number of objects) directly. A ``seed`` item
@@ -72,8 +92,8 @@ def short_answer(sample: suite.Sample, seed_forms: Sequence[str] = ("letter",)) 
     prompt, answer = sample.prompt, sample.check
     if sample.family == "seed" and seed_form(sample, seed_forms) == "sentence":
         named = any_letter(sample.seed)
-        option = seed_suite.open_form(sample.prompt, named)[1]
-        reference = seed_suite.answer_sentence(option, named, sample.seed)
+        closing = seed_suite.answer_sentence(seed_suite.open_form(sample.prompt, named)[1], named, sample.seed)
+        reference = sentence_lead(sample.prompt, named, sample.seed) + closing
         return dataclasses.replace(sample, reference=reference, check=named)
     if sample.family == "describe":
         prompt = "How many objects are in the picture?"
