@@ -1,4 +1,4 @@
-"""``seed`` accuracy per question kind (count, colour, shape, background, largest, position).
+"""``seed`` accuracy per question kind (colour, shape, count, total; see ``recap.suite.seed``).
 
     python scripts/seed_by_kind.py --model tiny-qwen2.5-vl --model tiny-llava-next --samples 60
 

@@ -205,3 +205,31 @@ def test_corpus() -> None:
     assert len(texts) == 2 * 3 * len(suite.FAMILIES)
     assert all(isinstance(t, str) and t for t in texts)
     assert texts == suite.corpus(3, 0)
+
+
+def test_seed_options_are_decided_by_the_image_and_letters_are_balanced() -> None:
+    """``seed`` colour items: the right option's colour is painted, the other three nowhere; no
+    question kind gives its letter away (each letter 10-45% of a kind's items)."""
+    import collections
+    import random
+
+    from recap.suite.scene import COLOURS
+    from recap.suite.seed import KINDS, LETTERS, open_form
+
+    letters: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    checked = 0
+    for item in suite.load("seed", 240, 9):
+        kind = random.Random(item.seed).choice(KINDS)
+        letters[kind][item.check] += 1
+        assert f"{open_form(item.prompt, item.check)[1]} ({item.check})" in item.reference  # restated, then the letter
+        if kind != "colour":
+            continue
+        pixels = collections.Counter({rgb: n for n, rgb in item.image.getcolors(224 * 224)})
+        for letter in LETTERS:
+            painted = pixels[COLOURS[open_form(item.prompt, letter)[1]]]
+            assert (painted > 100) if letter == item.check else (painted == 0), (item.prompt, letter, painted)
+        checked += 1
+    assert checked > 30 and set(letters) == set(KINDS)
+    for kind, counts in letters.items():
+        total = sum(counts.values())
+        assert all(0.10 <= counts[letter] / total <= 0.45 for letter in LETTERS), (kind, counts)

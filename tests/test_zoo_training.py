@@ -6,6 +6,7 @@ import argparse
 import itertools
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import recap
 from recap import suite
 from recap.loading import build_inputs
 from recap.suite import seed as seed_suite
+from recap.suite.check import extract_letter
 from recap.zoo import ROOT, train
 from recap.zoo.processors import register
 
@@ -211,6 +213,23 @@ def test_text_only_lookups_are_seed_options_without_the_image(arch: str) -> None
     assert (with_image["input_ids"] == image_token).any() and "pixel_values" in with_image
 
 
+def test_sentence_lookups_close_an_answer_naming_any_option() -> None:
+    """The "sentence" form: the question as asked, answered by the closing sentence of a seed
+    answer (``seed.answer_sentence``) naming an option drawn apart from the scene, and its letter."""
+    batch = next(train.lookup_batch_stream(4, 0, 40, ("sentence",)))
+    originals = {s.seed: s for s in suite.load("seed", 200, 4 + train.LOOKUP_SEED_OFFSET)}
+    for item in batch:
+        original = originals[item.seed]
+        assert item.prompt == original.prompt and train.SHORT_INSTRUCTION not in item.prompt
+        option, letter = re.fullmatch(r".* (\S+) \(([A-D])\)[ .].*", item.reference).groups()
+        assert letter == item.check == train.any_letter(item.seed)
+        assert seed_suite.open_form(item.prompt, letter)[1].endswith(option)
+        assert extract_letter(item.reference) == letter
+    assert {s.check for s in batch} == set(seed_suite.LETTERS)
+    assert 0 < sum(s.check == originals[s.seed].check for s in batch) < len(batch) / 2  # not the scene's answer
+    assert len({s.reference.split(" ")[0] for s in batch}) > 1  # the four wordings
+
+
 def test_seed_forms_mix_letter_open_and_lookup_items() -> None:
     samples = suite.load("seed", 60, 12)
     forms = ("letter", "open", "lookup")
@@ -240,5 +259,5 @@ def test_seed_forms_mix_letter_open_and_lookup_items() -> None:
     assert all(len(letters) >= 2 for letters in by_kind.values())  # the named letter does not reveal the kind
     assert train.parse_seed_forms(" open, lookup-any ") == ("open", "lookup-any")
     for bad in ("", "letters", "open,closed"):
-        with pytest.raises(argparse.ArgumentTypeError, match="subset of letter, open, lookup, lookup-any"):
+        with pytest.raises(argparse.ArgumentTypeError, match="subset of letter, open, lookup, lookup-any, sentence"):
             train.parse_seed_forms(bad)

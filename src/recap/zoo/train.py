@@ -34,6 +34,7 @@ import torch
 
 from .. import suite
 from ..suite import seed as seed_suite
+from ..suite.text import join_and
 from .build import ARCHS, make_model, make_processor, train_tokenizer
 
 TOKENIZER_SEED = 7001  # corpus the tokenizer is trained on
@@ -43,7 +44,7 @@ SHORT_SEED_OFFSET = 500_000  # short-answer items come from data seed + this off
 LOOKUP_SEED_OFFSET = 700_000  # text-only lookups come from data seed + this offset
 
 
-SEED_FORMS = ("letter", "open", "lookup", "lookup-any")
+SEED_FORMS = ("letter", "open", "lookup", "lookup-any", "sentence")
 
 
 def seed_form(sample: suite.Sample, forms: Sequence[str]) -> str:
@@ -58,6 +59,25 @@ def any_letter(seed: int) -> str:
     return random.Random(f"lookup-any/{seed}").choice(seed_suite.LETTERS)
 
 
+def sentence_lead(prompt: str, named: str, seed: int) -> str:
+    """Zero to two sentences before a "sentence" lookup's closing sentence, drawn from ``seed``,
+    that name the options (the others last in some): the named option then sits at varying
+    distances from the answer's start and after other options, as in a real ``seed`` answer, so the
+    letter cannot be found by position."""
+    rng = random.Random(f"sentence-lead/{seed}")
+    options = {letter: seed_suite.open_form(prompt, letter)[1] for letter in seed_suite.LETTERS}
+    listed = rng.sample(list(options.values()), 4)
+    others = rng.sample([text for letter, text in options.items() if letter != named], 2)
+    sentences = (
+        f"The options are {join_and(listed)}.",
+        f"Of {join_and(listed, 'or')}, only one fits.",
+        f"The question lists {join_and(listed)}, and I compare them with the picture.",
+        f"It is not {others[0]}, and it is not {others[1]}.",
+        f"Neither {others[0]} nor {others[1]} is right here.",
+    )
+    return "".join(f"{text} " for text in rng.sample(sentences, rng.randint(0, 2)))
+
+
 def short_answer(sample: suite.Sample, seed_forms: Sequence[str] = ("letter",)) -> suite.Sample:
     """The sample as a short-answer item: the instruction appended, the checkable field as answer.
     ``describe`` asks for its checkable field (the number of objects) directly. A ``seed`` item
@@ -65,8 +85,16 @@ def short_answer(sample: suite.Sample, seed_forms: Sequence[str] = ("letter",)) 
     without the options, answered by the option's text: the scene attribute), "lookup" (the options
     under a question naming the right option's text, answered by its letter: the text-to-letter step),
     "lookup-any" (as "lookup", naming an option drawn from the item's seed: the right one in a quarter
-    of the items; "lookup" alone did not teach the lookup, see docs/experiments/2026-11-30/README.md)."""
+    of the items; "lookup" alone did not teach the lookup, see docs/experiments/2026-11-30/README.md),
+    "sentence" (as asked, without the instruction, answered by ``seed.answer_sentence`` naming an option
+    drawn from the item's seed: the lookup where a long answer needs it, after the answer names an
+    option; meant for text-only items, ``lookup_batch_stream``, since the named option ignores the image)."""
     prompt, answer = sample.prompt, sample.check
+    if sample.family == "seed" and seed_form(sample, seed_forms) == "sentence":
+        named = any_letter(sample.seed)
+        closing = seed_suite.answer_sentence(seed_suite.open_form(sample.prompt, named)[1], named, sample.seed)
+        reference = sentence_lead(sample.prompt, named, sample.seed) + closing
+        return dataclasses.replace(sample, reference=reference, check=named)
     if sample.family == "describe":
         prompt = "How many objects are in the picture?"
     elif sample.family == "seed":
@@ -124,15 +152,16 @@ def short_batch_stream(
         yield [short_answer(next(stream), seed_forms) for _ in range(batch_size)]
 
 
-def lookup_batch_stream(seed: int, start_batch: int, batch_size: int):
-    """Batches of text-only ``seed`` lookups (``seed + LOOKUP_SEED_OFFSET``): each item's options
-    under a question naming one of them, drawn apart from the scene (``any_letter``), answered by
-    its letter; ``collate(..., with_images=False)`` drops the image. A model learns the lookup from
-    thousands of these in a row, not from a few mixed into image batches (docs/experiments/2026-11-30)."""
+def lookup_batch_stream(seed: int, start_batch: int, batch_size: int, forms: Sequence[str] = ("lookup-any",)):
+    """Batches of text-only ``seed`` lookups (``seed + LOOKUP_SEED_OFFSET``) in ``forms`` (see
+    ``short_answer``; default: each item's options under a question naming one of them, drawn apart
+    from the scene, answered by its letter); ``collate(..., with_images=False)`` drops the image. A
+    model learns the lookup from thousands of these in a row, not from a few mixed into image batches
+    (docs/experiments/2026-11-30)."""
     others = {family: 0 for family in suite.FAMILIES if family != "seed"}
     stream = sample_stream(seed + LOOKUP_SEED_OFFSET, start_batch * batch_size, others)
     while True:
-        yield [short_answer(next(stream), ("lookup-any",)) for _ in range(batch_size)]
+        yield [short_answer(next(stream), forms) for _ in range(batch_size)]
 
 
 def parse_seed_forms(text: str) -> tuple[str, ...]:
@@ -344,6 +373,13 @@ def main(argv: list[str] | None = None) -> None:
         default=0,
         help="text-only seed option lookups per step (the options under a question naming one; default 0: none)",
     )
+    parser.add_argument(
+        "--lookup-forms",
+        type=parse_seed_forms,
+        default=("lookup-any",),
+        help="forms of the text-only lookups, mixed evenly (as --seed-forms): lookup-any (default), sentence "
+        "(the question as asked, answered by the closing sentence of a seed answer naming a random option)",
+    )
     parser.add_argument("--data-seed", type=int, default=TRAIN_SEED, help="seed of the training samples")
     parser.add_argument(
         "--short-weights",
@@ -357,7 +393,8 @@ def main(argv: list[str] | None = None) -> None:
         default=("letter",),
         help="forms of seed's short-answer items, mixed evenly: letter (as asked), open (without the options, "
         "answered by the option's text), lookup (the options under a question naming one, answered by its "
-        "letter), lookup-any (as lookup, naming a random option); e.g. 'letter,open,lookup-any' (default: letter)",
+        "letter), lookup-any (as lookup, naming a random option), sentence (see --lookup-forms); "
+        "e.g. 'letter,open,lookup-any' (default: letter)",
     )
     parser.add_argument(
         "--open-seed-short",
@@ -465,7 +502,8 @@ def main(argv: list[str] | None = None) -> None:
         short = short_batch_stream(args.data_seed, start, args.short_batch_size, args.short_weights, args.seed_forms)
         streams["short_loss"] = (short, True)
     if args.lookup_batch_size:
-        streams["lookup_loss"] = (lookup_batch_stream(args.data_seed, start, args.lookup_batch_size), False)
+        lookups = lookup_batch_stream(args.data_seed, start, args.lookup_batch_size, args.lookup_forms)
+        streams["lookup_loss"] = (lookups, False)
     began, windows = time.time(), {name: [] for name in streams}
     for step in range(start, args.steps):
         for group in optimizer.param_groups:
@@ -517,6 +555,7 @@ def main(argv: list[str] | None = None) -> None:
         "short_weights": args.short_weights,
         "full_weights": args.full_weights,
         "seed_forms": list(args.seed_forms),
+        "lookup_forms": list(args.lookup_forms),
         "lr": args.lr,
         "image_feature_norm": args.image_feature_norm,
         "fresh_vision": args.fresh_vision,
