@@ -89,6 +89,19 @@ def test_pixel_batch_rejects_other_image_sizes(llava_processor) -> None:
         distill.pixel_batch(llava_processor, [Image.new("RGB", (300, 200))])
 
 
+def test_vision_path_copy_gives_the_source_models_image_features(llava_processor) -> None:
+    source = make_model("llava-next", llava_processor.tokenizer, 64, 128).eval()
+    model = student(llava_processor)
+    pixels = distill.pixel_batch(llava_processor, [suite.load("seed", 1, 0)[0].image])
+    with torch.no_grad():
+        assert not torch.allclose(distill.tile_features(model, pixels), distill.tile_features(source, pixels))
+        assert distill.copy_vision_path(source, model) > 10
+        torch.testing.assert_close(distill.tile_features(model, pixels), distill.tile_features(source, pixels))
+    torch.testing.assert_close(model.model.image_newline, source.model.image_newline)
+    with pytest.raises(ValueError, match="--vision-hidden"):
+        distill.copy_vision_path(make_model("llava-next", llava_processor.tokenizer, 32, 128), model)
+
+
 def test_distill_smoke_run_resumes_and_saves_a_trainable_model(tmp_path: Path) -> None:
     out = tmp_path / "distill"
     args = [*"--batch-size 2 --vision-hidden 32 --warmup 1 --checkpoint-every 1 --log-every 1 --out".split(), str(out)]

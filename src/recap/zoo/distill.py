@@ -90,6 +90,24 @@ def copy_text_model(source: torch.nn.Module, target: torch.nn.Module, mixing: to
     return len(keys)
 
 
+def copy_vision_path(source: torch.nn.Module, target: torch.nn.Module) -> int:
+    """Copy a LLaVA-NeXT's CLIP tower, projector and image newline into ``target``; returns the tensor count."""
+    prefixes = ("model.vision_tower.", "model.multi_modal_projector.", "model.image_newline")
+    source_state = {n: t for n, t in source.state_dict().items() if n.startswith(prefixes)}
+    target_state = {n: t for n, t in target.state_dict().items() if n.startswith(prefixes)}
+    if source_state.keys() != target_state.keys() or any(
+        source_state[n].shape != target_state[n].shape for n in target_state
+    ):
+        raise ValueError(
+            "--init-vision: that model's vision path does not match the student's shape; "
+            "pass the same --vision-hidden/--vision-intermediate it was built with"
+        )
+    with torch.no_grad():
+        for name, tensor in target_state.items():
+            tensor.copy_(source_state[name])
+    return len(target_state)
+
+
 def tile_features(model: torch.nn.Module, pixel_values: torch.Tensor) -> torch.Tensor:
     """LLaVA-NeXT's projected patch features per tile, [images, tiles, 16, hidden], as its
     ``get_image_features`` computes them before packing (CLS dropped: strategy "default")."""
@@ -144,6 +162,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-seed", type=int, default=20001)
     parser.add_argument("--vision-hidden", type=int, default=256)
     parser.add_argument("--vision-intermediate", type=int, help="default: 4x the width")
+    parser.add_argument(
+        "--init-vision",
+        help="LLaVA-NeXT model (embedded name or folder) whose CLIP tower and projector the student starts from, "
+        "instead of new ones (its width and the text width must match)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--checkpoint-every", type=int, default=200)
@@ -179,6 +202,9 @@ def main(argv: list[str] | None = None) -> None:
         rms_norm_eps=teacher.config.text_config.rms_norm_eps,
     )
     copy_text_model(teacher, student, token_mixing(teacher_processor.tokenizer, processor.tokenizer))
+    if args.init_vision:
+        source = AutoModelForImageTextToText.from_pretrained(folder(args.init_vision), dtype=torch.float32)
+        copy_vision_path(source, student)
     vision = [p for n, p in student.named_parameters() if n.startswith(("model.vision_tower.", "model.multi_modal"))]
     optimizer = torch.optim.AdamW(vision, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
 
@@ -248,6 +274,7 @@ def main(argv: list[str] | None = None) -> None:
         "warmup": args.warmup,
         "train_seed": args.data_seed,
         "vision_hidden": args.vision_hidden,
+        "init_vision": args.init_vision,
         "seed": args.seed,
     }
     write_summary(final, summary, history, elapsed_before + time.time() - began)
