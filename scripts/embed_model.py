@@ -80,7 +80,7 @@ def loss_summary(phase: dict) -> str:
 DISTILL_PHASE = """### Phase {number}: from {teacher} (`recap.zoo.distill`)
 - command: `{command}`
 - the text model and output layer copied from {teacher} (Llama attention with q/k/v biases, token rows matched
-  by string); a new CLIP tower (width {vision_hidden}) and projector trained to reproduce, for every 28-px patch,
+  by string); {vision_start} trained to reproduce, for every 28-px patch,
   {teacher}'s image token of the same square (mean squared error relative to the teacher's mean square)
 - data: suite images of training seed {train_seed}, {batch} per step; {steps} steps, peak lr {lr}; {minutes} minutes,
   {threads} torch thread(s)
@@ -94,7 +94,12 @@ def render_distill_phase(number: int, phase: dict, command: str) -> str:
         number=number,
         teacher=phase["teacher"],
         command=command,
-        vision_hidden=phase["vision_hidden"],
+        vision_start=(
+            f"the CLIP tower (width {phase['vision_hidden']}), projector and image newline of phase {number - 1}'s"
+            " model (`--init-vision`)"
+            if phase.get("init_vision")
+            else f"a new CLIP tower (width {phase['vision_hidden']}) and projector"
+        ),
         train_seed=phase["train_seed"],
         batch=phase["batch_size"],
         steps=phase["steps"],
@@ -160,8 +165,28 @@ def render_phase(number: int, phase: dict, command: str) -> str:
 
 
 def teacher_minutes(chain: list[dict]) -> float:
-    """Training time of the model a distilled phase learned from (it is part of this model's cost)."""
-    return sum(p["minutes"] for phase in chain for p in phases(phase.get("teacher_training")))
+    """Training time of the models the distilled phases learned from (part of this model's cost); a teacher
+    phase shared by two distillations (the same lineage, later) counts once."""
+    teacher_phases = {
+        json.dumps(p, sort_keys=True, default=str): p for phase in chain for p in phases(phase.get("teacher_training"))
+    }
+    return sum(p["minutes"] for p in teacher_phases.values())
+
+
+def origin(chain: list[dict]) -> str:
+    """The card's sentence on where a distilled model's text model and vision path came from."""
+    copies = [(i + 1, p) for i, p in enumerate(chain) if p.get("kind") == "distill"]
+    if not copies:
+        return ""
+    teacher = copies[0][1]["teacher"]
+    when = " and ".join(
+        f"at phase {number} (after that model's {len(phases(p.get('teacher_training')))} phases)"
+        for number, p in copies
+    )
+    return (
+        f"\nIts text model was copied from {teacher} {when}; {'each time ' if len(copies) > 1 else ''}its vision"
+        " path was then distilled from that model's (`recap.zoo.distill`). No weights come from outside this project."
+    )
 
 
 def main() -> None:
@@ -192,7 +217,6 @@ def main() -> None:
     result = evaluate(model, processor, args.eval_samples)
     (target / "evaluation.json").write_text(json.dumps(result, indent=1))
     teacher = teacher_minutes(chain)
-    distilled = [p for p in chain if p.get("kind") == "distill"]
     card = CARD.format(
         name=args.name,
         params=training["parameters"] / 1e6,
@@ -203,13 +227,7 @@ def main() -> None:
         vocab=training["vocab_size"],
         tokenizer_seed=training["tokenizer_seed"],
         minutes=sum(p["minutes"] for p in chain) + teacher,
-        origin=(
-            f"\nIts text model starts as a copy of {distilled[0]['teacher']}'s (after that model's"
-            f" {len(phases(distilled[0].get('teacher_training')))} phases) and its vision path was distilled from"
-            f" that model's (phase 1, `recap.zoo.distill`); no weights come from outside this project."
-            if distilled
-            else ""
-        ),
+        origin=origin(chain),
         time_note=f", including {teacher:.0f} minutes of the teacher's phases" if teacher else "",
         phases="\n\n".join(render_phase(i + 1, p, c) for i, (p, c) in enumerate(zip(chain, args.command))),
         eval_table=markdown(result),

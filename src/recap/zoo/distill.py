@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from .. import suite
 from .build import make_model
-from .train import image_features, learning_rate, save_checkpoint, write_summary
+from .train import image_features, learning_rate, save_checkpoint, training_record, write_summary
 
 GRID = 8  # 28-px squares per side of a 224-px image
 TILE = 4  # 28-px patches per side of a 112-px LLaVA tile
@@ -275,6 +275,8 @@ def main(argv: list[str] | None = None) -> None:
         "train_seed": args.data_seed,
         "vision_hidden": args.vision_hidden,
         "init_vision": args.init_vision,
+        # the vision path's own phases: a card chains them before this one
+        "init_training": training_record(folder(args.init_vision)) if args.init_vision else None,
         "seed": args.seed,
     }
     write_summary(final, summary, history, elapsed_before + time.time() - began)

@@ -353,7 +353,7 @@ def learning_rate(step: int, steps: int, peak: float, warmup: int) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def _init_training(init_from: Path | None) -> dict[str, Any] | None:
+def training_record(init_from: Path | None) -> dict[str, Any] | None:
     """The ``training.json`` of the model a phase started from (so a card can sum the phases)."""
     if init_from is None or not (init_from / "training.json").is_file():
         return None
@@ -566,7 +566,7 @@ def main(argv: list[str] | None = None) -> None:
         "tokenizer_seed": TOKENIZER_SEED,
         "bf16_autocast": args.bf16,
         "init_from": str(args.init_from) if args.init_from else None,
-        "init_training": _init_training(args.init_from),
+        "init_training": training_record(args.init_from),
     }
     write_summary(final, summary, history, elapsed_before + time.time() - began)
 
