@@ -26,6 +26,8 @@ from recap.zoo.evaluate import EVAL_SEED, greedy
 from recap.zoo.train import SHORT_INSTRUCTION, any_letter
 
 EXTRA_ROWS = ("all, short", "lookup", "lookup, short")
+FULL_TOKENS = 96  # an explain-first answer names its letter at the end, after the justification
+SHORT_TOKENS = 16
 
 
 def main() -> None:
@@ -43,14 +45,19 @@ def main() -> None:
         model, processor = load_model(name, device="cpu", dtype="float32")
         right, total = collections.Counter(), collections.Counter(kinds)
         for item, kind in zip(items, kinds):
-            answer = decode(processor, greedy(model, processor, item.prompt, item.image, 16))
+            answer = decode(processor, greedy(model, processor, item.prompt, item.image, FULL_TOKENS))
             right[kind] += suite.check_answer(item, answer)
             question, letter = lookup_form(item.prompt, any_letter(item.seed), item.seed)
             named = dataclasses.replace(item, check=letter)
-            for row, prompt in (("lookup", question), ("lookup, short", f"{question}\n{SHORT_INSTRUCTION}")):
-                answer = decode(processor, greedy(model, processor, prompt, item.image, 16))
+            for row, prompt, tokens in (
+                ("lookup", question, FULL_TOKENS),
+                ("lookup, short", f"{question}\n{SHORT_INSTRUCTION}", SHORT_TOKENS),
+            ):
+                answer = decode(processor, greedy(model, processor, prompt, item.image, tokens))
                 right[row] += suite.check_answer(named, answer)
-            short = decode(processor, greedy(model, processor, f"{item.prompt}\n{SHORT_INSTRUCTION}", item.image, 16))
+            short = decode(
+                processor, greedy(model, processor, f"{item.prompt}\n{SHORT_INSTRUCTION}", item.image, SHORT_TOKENS)
+            )
             right["all, short"] += suite.check_answer(item, short)
         rows[name] = {kind: f"{right[kind]}/{total[kind]}" for kind in KINDS} | {
             "all": f"{sum(right[kind] for kind in KINDS)}/{len(items)}",
