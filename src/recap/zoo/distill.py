@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--init-vision",
         help="LLaVA-NeXT model (embedded name or folder) whose CLIP tower and projector the student starts from, "
-        "instead of new ones (its width and the text width must match)",
+        "instead of new ones (built with the same --vision-hidden and --vision-intermediate)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0)
