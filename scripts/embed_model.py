@@ -168,7 +168,9 @@ def teacher_minutes(chain: list[dict]) -> float:
     """Training time of the models the distilled phases learned from (part of this model's cost); a teacher
     phase shared by two distillations (the same lineage, later) counts once."""
     teacher_phases = {
-        json.dumps(p, sort_keys=True, default=str): p for phase in chain for p in phases(phase.get("teacher_training"))
+        (p.get("command"), p.get("train_seed"), p["steps"], p["minutes"]): p
+        for phase in chain
+        for p in phases(phase.get("teacher_training"))
     }
     return sum(p["minutes"] for p in teacher_phases.values())
 

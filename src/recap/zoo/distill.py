@@ -45,6 +45,7 @@ SPECIAL_TOKENS = {
     "<image>": "<|image_pad|>",
 }
 HELD_OUT_SEED = 424242
+VISION_PATH = ("model.vision_tower.", "model.multi_modal_projector.")  # what distillation trains
 
 
 def token_mixing(source_tokenizer: Any, target_tokenizer: Any) -> torch.Tensor:
@@ -92,7 +93,7 @@ def copy_text_model(source: torch.nn.Module, target: torch.nn.Module, mixing: to
 
 def copy_vision_path(source: torch.nn.Module, target: torch.nn.Module) -> int:
     """Copy a LLaVA-NeXT's CLIP tower, projector and image newline into ``target``; returns the tensor count."""
-    prefixes = ("model.vision_tower.", "model.multi_modal_projector.", "model.image_newline")
+    prefixes = (*VISION_PATH, "model.image_newline")
     source_state = {n: t for n, t in source.state_dict().items() if n.startswith(prefixes)}
     target_state = {n: t for n, t in target.state_dict().items() if n.startswith(prefixes)}
     if source_state.keys() != target_state.keys() or any(
@@ -205,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.init_vision:
         source = AutoModelForImageTextToText.from_pretrained(folder(args.init_vision), dtype=torch.float32)
         copy_vision_path(source, student)
-    vision = [p for n, p in student.named_parameters() if n.startswith(("model.vision_tower.", "model.multi_modal"))]
+    vision = [p for n, p in student.named_parameters() if n.startswith(VISION_PATH)]
     optimizer = torch.optim.AdamW(vision, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
 
     args.out.mkdir(parents=True, exist_ok=True)
