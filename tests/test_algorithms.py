@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 
 from recap import DraftTree, RecapConfig, Source, TokenMemory, TopK
-from recap.accept import Acceptance, accept_greedy
-from recap.budget import BudgetTuner, candidate_budgets
+from recap.accept import Acceptance, accept_greedy, accept_greedy_reference
+from recap.calibration import N_CELLS
 from recap.drafters import RecapDrafter
 from recap.drafters.prompt_lookup import lookup_continuation
 from recap.drafters.token_recycling import Template, TokenRecyclingDrafter
 from recap.fusion import fuse_rows
 from recap.suffix import SuffixIndex
 from recap.topk import row_concentration
-from recap.tree_builder import TreeLists, build_tree
+from recap.tree_builder import Scoring, build_tree, layout
 
 
 # -- suffix index ---------------------------------------------------------------------------
@@ -67,9 +67,10 @@ def test_accept_greedy_matches_checking_every_path() -> None:
             path = tree.path(node)
             if all(tree.tokens[c] == greedy[p] for p, c in zip(path, path[1:])) and len(path) > len(best):
                 best = path
-        result = accept_greedy(tree, greedy)
-        assert result.path == best
-        assert result.bonus == greedy[best[-1]]
+        for accept in (accept_greedy, accept_greedy_reference):
+            result = accept(tree, greedy)
+            assert result.path == best
+            assert result.bonus == greedy[best[-1]]
 
 
 # -- tree type -----------------------------------------------------------------------------
@@ -158,77 +159,60 @@ def tree_paths(tree: DraftTree) -> list[tuple[int, ...]]:
     return [tuple(tree.tokens[tree.path(i)[1:]].tolist()) for i in range(1, len(tree))]
 
 
+def paper_scoring(hit_mass, max_depth: int = 10) -> Scoring:
+    return Scoring(False, np.asarray([hit_mass(d) for d in range(1, max_depth + 1)]), np.full(N_CELLS, 0.5))
+
+
+def grow(table, root, budget, max_depth, width, hit_mass, blocked=frozenset()) -> DraftTree:
+    built = build_tree(
+        (root,), table_candidates(table), budget=budget, max_depth=max_depth, max_width=width,
+        scoring=paper_scoring(hit_mass, max_depth), blocked=blocked,
+    )  # fmt: skip
+    return layout(built, len(built))[0]
+
+
+def random_table(rng: np.random.Generator, vocab: int, size: int) -> dict[int, list[tuple[int, float]]]:
+    return {
+        t: list(zip(rng.permutation(vocab)[:size].tolist(), sorted(rng.uniform(0.01, 1, size), reverse=True)))
+        for t in range(vocab)
+    }
+
+
 def test_build_tree_is_best_first_within_budget_depth_and_width() -> None:
     rng = np.random.default_rng(2)
     config = RecapConfig()
     for trial in range(30):
-        vocab, width = 6, int(rng.integers(1, 4))
-        table = {}
-        for t in range(vocab):
-            ids = rng.permutation(vocab)[:3].tolist()
-            q = np.sort(rng.uniform(0.01, 1.0, 3))[::-1].tolist()
-            table[t] = list(zip(ids, q))
+        width = int(rng.integers(1, 4))
+        table = random_table(rng, 6, 3)
         budget, depth = int(rng.integers(0, 25)), int(rng.integers(1, 6))
-        tree = build_tree(
-            (0,), table_candidates(table), budget=budget, max_depth=depth, max_width=width, hit_mass=config.hit_mass
-        ).freeze()
+        tree = grow(table, 0, budget, depth, width, config.hit_mass)
         expected = brute_force_best(table, 0, budget, depth, width, config.hit_mass)
         assert sorted(tree_paths(tree)) == sorted(expected), trial
         assert len(tree) - 1 <= budget and int(tree.depths.max()) <= depth
         assert max(np.bincount(tree.parents[1:] + 1, minlength=1).tolist() + [0]) <= max(width, 1)
 
 
-def test_ranks_give_the_tree_of_every_smaller_budget() -> None:
+def test_the_first_nodes_of_a_built_tree_are_the_tree_of_every_smaller_budget() -> None:
     rng = np.random.default_rng(4)
     hit_mass = RecapConfig().hit_mass
     for trial in range(20):
-        table = {
-            t: list(zip(rng.permutation(8)[:4].tolist(), sorted(rng.uniform(0.01, 1, 4), reverse=True)))
-            for t in range(8)
-        }
-
-        def grow(budget: int, table: dict = table) -> TreeLists:
-            return build_tree((0,), table_candidates(table), budget=budget, max_depth=6, max_width=3, hit_mass=hit_mass)
-
-        lists = grow(40)
-        before = lists.freeze()
-        assert before.ranks[0] == -1 and sorted(before.ranks[1:].tolist()) == list(range(len(before) - 1))
+        table = random_table(rng, 8, 4)
+        scoring = paper_scoring(hit_mass, 6)
+        built = build_tree((0,), table_candidates(table), budget=40, max_depth=6, max_width=3, scoring=scoring)
+        assert built.scores == sorted(built.scores, reverse=True)  # best first
         suffix = [int(t) for t in rng.integers(8, size=3)]
-        lists.graft(suffix)
-        after = lists.freeze()
         for budget in (1, 5, 17):
-            expected = set(tree_paths(grow(budget).freeze()))
-            assert {p for p, r in zip(tree_paths(before), before.ranks[1:]) if r < budget} == expected, trial
-            kept = {p for p, r in zip(tree_paths(after), after.ranks[1:]) if r < budget}
-            assert kept == expected | {tuple(suffix[:n]) for n in range(1, 4)}, trial  # the suffix path: any budget
-
-
-def test_budget_tuner_picks_the_fastest_budget_from_what_it_measured() -> None:
-    assert candidate_budgets(63) == [63, 31, 15] and candidate_budgets(2) == [2, 1]
-    ranks = [0, 3, 20, 40]  # the accepted path of every step: nodes of these best-first ranks
-    cheap, costly = (
-        BudgetTuner(63, candidates=candidate_budgets(63, 5)),
-        BudgetTuner(63, candidates=candidate_budgets(63, 5)),
-    )
-    for _ in range(40):
-        for tuner, cost_per_node in ((cheap, 0.0), (costly, 0.01)):
-            budget = tuner.choose()
-            tuner.record(budget, 0.05 + cost_per_node * budget, ranks)
-    # tokens per step at each budget: the bonus + the leading accepted nodes of rank < budget
-    assert [cheap.tokens(b) for b in (63, 31, 15, 3)] == [5.0, 4.0, 3.0, 2.0]
-    assert cheap.best() == 63  # a flat cost (a GPU): the biggest tree
-    # 0.05 + 0.01 B seconds: 5/0.68, 4/0.36, 3/0.2, 2/0.12, 2/0.08 tokens/s; 7 wins (ties go to the larger)
-    assert costly.best() == 7 and abs(costly.seconds(31) - 0.36) < 1e-9
-    choices = [costly.choose() for _ in range(16)]
-    assert choices.count(63) == 2 and choices.count(7) == 14  # every 8th step explores the largest
+            small = build_tree((0,), table_candidates(table), budget=budget, max_depth=6, max_width=3, scoring=scoring)
+            expected = set(tree_paths(layout(small, len(small))[0]))
+            assert set(tree_paths(layout(built, budget + 1)[0])) == expected, trial
+            grafted = layout(built, budget + 1, suffix, [0.5] * 3, [-1] * 3)[0]
+            assert set(tree_paths(grafted)) == expected | {tuple(suffix[:n]) for n in range(1, 4)}, trial
 
 
 def test_build_tree_skip_rules_and_depth_first_layout() -> None:
     # 1 -> 2 -> 1 -> 2 would reuse the edge (1, 2); 9 is blocked
     table = {1: [(9, 0.9), (2, 0.8), (3, 0.1)], 2: [(1, 0.9)], 3: [], 9: [(1, 1.0)]}
-    tree = build_tree(
-        (1,), table_candidates(table), budget=10, max_depth=10, max_width=8, hit_mass=lambda d: 1.0, blocked={9}
-    ).freeze()
+    tree = grow(table, 1, 10, 10, 8, lambda d: 1.0, blocked={9})
     paths = tree_paths(tree)
     assert (9,) not in paths
     assert paths == [(2,), (2, 1), (2, 1, 3), (3,)]  # depth-first, best child first
@@ -237,13 +221,29 @@ def test_build_tree_skip_rules_and_depth_first_layout() -> None:
 
 
 def test_graft_reuses_existing_nodes() -> None:
-    lists = TreeLists(5)
-    a = lists.add(0, 6, 1)
-    lists.add(a, 7, 1)
-    lists.graft([6, 8, 9])
-    tree = lists.freeze()
+    built = build_tree(
+        (5,), table_candidates({5: [(6, 0.9)], 6: [(7, 0.9)]}), budget=2, max_depth=5, max_width=2,
+        scoring=paper_scoring(lambda d: 1.0),
+    )  # fmt: skip
+    tree, cells = layout(built, len(built), [6, 8, 9], [0.5, 0.4, 0.3], [11, 12, 13])
     assert tree_paths(tree) == [(6,), (6, 7), (6, 8), (6, 8, 9)]
     assert tree.sources.tolist() == [0, 1, 1, Source.SUFFIX, Source.SUFFIX]
+    assert cells.tolist()[3:] == [12, 13]
+    assert tree.probs[3] == pytest.approx(tree.probs[1] * 0.4)
+
+
+def test_calibrated_scores_estimate_path_acceptance() -> None:
+    """With calibrated scoring a node's score is the product of its edges' cell probabilities."""
+    probs = np.linspace(0.01, 0.99, N_CELLS)
+    table = {0: [(1, 0.9), (2, 0.05)], 1: [(3, 0.5)], 2: [], 3: []}
+    built = build_tree(
+        (0,), table_candidates(table), budget=10, max_depth=5, max_width=4, scoring=Scoring(True, np.ones(5), probs)
+    )
+    assert built.scores == built.probs
+    from recap.calibration import cell_index
+
+    p1, p2 = probs[cell_index(1, 1, 0.9)], probs[cell_index(1, 2, 0.5)]
+    assert dict(zip(built.tokens, built.probs))[3] == pytest.approx(p1 * p2)
 
 
 # -- memories and drafters -----------------------------------------------------------------
@@ -271,7 +271,7 @@ def test_recap_writes_every_key_order_per_scope(scope: str) -> None:
     drafter = RecapDrafter(RecapConfig(write_scope=scope, suffix_tokens=0), memory)
     drafter.begin([11, 12, 13], [], None)
     tree = DraftTree.from_lists([13, 20, 21, 22], [-1, 0, 1, 0])
-    drafter._root_context = (11, 12, 13)
+    drafter._root_context[:] = (11, 12, 13)
     topk = make_topk(4)
     accepted = accept_greedy(tree, np.asarray([20, 21, 99, 99]))
     assert accepted.path == [0, 1, 2]
@@ -379,12 +379,12 @@ def test_frequency_fallback_drafts_the_requests_most_frequent_tokens_where_no_ro
     root_children = tree.tokens[tree.parents == 0].tolist()
     assert root_children == [5, 6, 7]  # counts 3, 2, 1
     assert set(tree.sources[1:].tolist()) == {int(Source.FREQUENCY)}
-    assert drafter.frequent_tokens()[1] == [3 / 6, 2 / 6, 1 / 6]
+    assert drafter.frequent.arrays()[1].tolist() == [3 / 6, 2 / 6, 1 / 6]
 
     # committed output counts too
     tree = drafter.propose([9])
     drafter.observe(tree, make_topk(len(tree)), Acceptance(path=[0], bonus=7), committed=[7, 7, 7])
-    assert drafter.frequent_tokens()[0][0] == 7
+    assert drafter.frequent.arrays()[0][0] == 7
 
     # a known context uses its row, not the fallback; switched off, an unknown root has no children
     off = RecapDrafter(RecapConfig(suffix_tokens=0, frequency_fallback=False), TokenMemory(1000), frozenset({500}))

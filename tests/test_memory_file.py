@@ -55,6 +55,7 @@ def parts(memory: TokenMemory | None = None) -> tuple[dict[str, np.ndarray], dic
         "kappa": memory.kappa.copy(),
         "filled": memory.filled.astype(np.uint8),
     }
+    tensors["calibration_trials"], tensors["calibration_accepted"] = memory.calibration.counts()
     header = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -99,6 +100,8 @@ def assert_same(a: TokenMemory, b: TokenMemory) -> None:
     for name in ("ids", "probs", "kappa", "filled"):
         x, y = getattr(a, name), getattr(b, name)
         assert x.dtype == y.dtype and np.array_equal(x, y), name
+    for x, y in zip(a.calibration.counts(), b.calibration.counts()):
+        assert np.array_equal(x, y), "calibration"
 
 
 # -- round trip -----------------------------------------------------------------------------
@@ -147,10 +150,12 @@ def test_round_trip(tmp_path: Path, llama, learned: TokenMemory) -> None:
             assert np.array_equal(getattr(trees[0], field), getattr(trees[1], field)), field
         assert len(trees[0]) > 1
 
-    # the same decoding: tokens and number of steps
+    # the same decoding: tokens and number of steps (at a fixed budget: an adaptive one follows
+    # the step times measured on the machine, which differ from call to call)
     inputs = tok("w3 w4 the blue is of w7 one", return_tensors="pt")
-    a = recap.generate(model, inputs, max_new_tokens=24, memory=original)
-    b = recap.generate(model, inputs, max_new_tokens=24, memory=loaded)
+    fixed = RecapConfig(adaptive_budget=False)
+    a = recap.generate(model, inputs, max_new_tokens=24, memory=original, config=fixed)
+    b = recap.generate(model, inputs, max_new_tokens=24, memory=loaded, config=fixed)
     assert a.token_ids == b.token_ids and a.stats.steps == b.stats.steps
     assert_same(original, loaded)  # and they learned the same
 
@@ -289,7 +294,7 @@ BAD_HEADERS: dict[str, tuple[Mutation, str]] = {
     "header not object": (lambda t, h: {METADATA_KEY: "[1, 2]"}, "expected an object"),
     "wrong format": (_set("format", "llama-weights"), "not a recap memory file"),
     "no format": (_drop("format"), "not a recap memory file"),
-    "version 2": (_set("format_version", 2), "unsupported format version 2"),
+    "version 3": (_set("format_version", 3), "unsupported format version 3"),
     "version 0": (_set("format_version", 0), "unsupported format version 0"),
     "version string": (_set("format_version", "1"), "unsupported format version '1'"),
     "unknown method": (_set("method", "medusa"), "unknown method 'medusa'"),
@@ -332,6 +337,10 @@ BAD_TENSORS: dict[str, tuple[Mutation, str]] = {
     "kappa above 1": (_tensor("kappa", _poke("kappa", 1.5)), r"out of \[0, 1\] in tensor 'kappa'"),
     "kappa negative": (_tensor("kappa", _poke("kappa", -0.5)), r"out of \[0, 1\] in tensor 'kappa'"),
     "filled 2": (_tensor("filled", _poke("filled", 2)), "other than 0 and 1 in tensor 'filled'"),
+    "no calibration": (lambda t, h: t.pop("calibration_trials"), "missing tensor.s. calibration_trials"),
+    "calibration shape": (_tensor("calibration_accepted", lambda a: a[:5]), r"'calibration_accepted' has shape \[5\]"),
+    "calibration NaN": (_tensor("calibration_trials", _poke("t", np.nan)), "NaN or infinite calibration counts"),
+    "accepted > trials": (_tensor("calibration_accepted", _poke("a", 1.0)), "calibration counts out of range"),
 }
 
 
@@ -350,6 +359,18 @@ def test_bad_tensors(tmp_path: Path, case: str) -> None:
     mutate, match = BAD_TENSORS[case]
     mutate(tensors, header)
     expect_error(write(tmp_path / "bad.safetensors", tensors, header), match)
+
+
+def test_version_1_files_load_with_a_fresh_calibration(tmp_path: Path) -> None:
+    tensors, header = parts()
+    for name in ("calibration_trials", "calibration_accepted"):
+        del tensors[name]
+    header["format_version"] = 1
+    memory = load_memory(write(tmp_path / "v1.safetensors", tensors, header))
+    assert np.array_equal(memory.ids, small_memory().ids) and memory.calibration.observations == 0
+    tensors, header = parts()
+    header["format_version"] = 1  # a version 1 file has no calibration tensors
+    expect_error(write(tmp_path / "v1x.safetensors", tensors, header), "unexpected tensor.s. calibration_accepted")
 
 
 def test_valid_crafted_file_loads(tmp_path: Path) -> None:

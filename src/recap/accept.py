@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .kernels import verify
 from .tree import DraftTree
 
 
@@ -29,8 +30,15 @@ def accept_greedy(tree: DraftTree, argmax: np.ndarray) -> Acceptance:
     """Accept the longest path whose every token equals the argmax at its parent.
 
     ``argmax``: [N] int, the target's greedy next token after each node's path. Among
-    equally long accepted paths the first in node order wins.
+    equally long accepted paths the first in node order wins. (Compiled; the reference is
+    ``accept_greedy_reference``.)
     """
+    path, bonus = verify.accept_greedy(tree.tokens, tree.parents, tree.depths, np.asarray(argmax, dtype=np.int64))
+    return Acceptance(path=path.tolist(), bonus=int(bonus))
+
+
+def accept_greedy_reference(tree: DraftTree, argmax: np.ndarray) -> Acceptance:
+    """The readable reference of ``accept_greedy``."""
     tokens = tree.tokens.tolist()
     parents = tree.parents.tolist()
     best = argmax.tolist()

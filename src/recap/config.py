@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 
 FUSION_MODES = ("entropy", "fixed", "strict")
+SCORINGS = ("calibrated", "hit-mass")
 WRITE_SCOPES = ("full-tree", "committed")
 DEFAULT_HIT_MASSES = (0.68, 0.63, 0.50, 0.43, 0.40, 0.38)
 FIXED_FUSION_WEIGHTS = (0.70, 0.20, 0.10, 0.05)
@@ -26,9 +27,18 @@ class RecapConfig:
     ``seed_context_from_prefill`` whether they also seed the 2-/3-token memories;
     ``frequency_fallback`` whether a node whose context has no row in any memory gets the
     request's ``k`` most frequent tokens as candidates (q = their share of the request's
-    tokens) instead of no children. ``adaptive_budget``: pick each step's node budget among
-    ``node_budget`` and its halves, whichever commits the most tokens per second on this
-    machine (``recap.budget``; the output is the same at any budget).
+    tokens) instead of no children.
+
+    ``scoring``: "calibrated" (ours, the default) scores a candidate by the acceptance rate
+    observed for candidates like it (``recap.calibration``: by source, depth and q), so a
+    node's score estimates the chance its path is accepted; the suffix continuation then
+    competes with the other candidates for the budget. "hit-mass" is the paper's score
+    (score(parent) x hit mass of the depth x q), with the suffix path grafted on top of the
+    budget. ``adaptive_budget`` (default on): each step verifies the size of the best-first
+    tree, up to ``node_budget`` nodes besides the root (0: a plain step), that commits the
+    most tokens per second on this model and machine (``recap.cost``); off, every step
+    verifies ``node_budget`` nodes. Neither changes the output, only the speed.
+    ``RecapConfig.paper()`` is the paper's setting.
 
     Prompt lookup: ``pld_max_ngram`` / ``pld_min_ngram`` the n-gram sizes tried, longest
     first, and ``pld_num_tokens`` the chain length drafted.
@@ -48,7 +58,8 @@ class RecapConfig:
     seed_from_prefill: bool = True
     seed_context_from_prefill: bool = False
     frequency_fallback: bool = True
-    adaptive_budget: bool = False
+    scoring: str = "calibrated"
+    adaptive_budget: bool = True
     pld_max_ngram: int = 3
     pld_min_ngram: int = 1
     pld_num_tokens: int = 10
@@ -70,8 +81,8 @@ class RecapConfig:
         object.__setattr__(self, "specificity", tuple(float(s) for s in self.specificity))
         if self.node_budget < 0:
             fail("node_budget", "must be >= 0 (0 drafts nothing)")
-        if self.adaptive_budget and self.node_budget < 1:
-            fail("node_budget", "must be >= 1 with adaptive_budget=True (it is the largest budget tried)")
+        if self.scoring not in SCORINGS:
+            fail("scoring", f"choose one of {', '.join(SCORINGS)}")
         if self.max_depth < 1:
             fail("max_depth", "must be >= 1")
         if not 1 <= self.max_width <= self.k:
@@ -88,6 +99,15 @@ class RecapConfig:
             fail("pld_min_ngram", "must satisfy 1 <= pld_min_ngram <= pld_max_ngram")
         if self.pld_num_tokens < 1:
             fail("pld_num_tokens", "must be >= 1")
+
+    @classmethod
+    def paper(cls, **changes: object) -> RecapConfig:
+        """The paper's RECAP: 63 nodes every step, hit-mass scores, the 4-token suffix path
+        grafted on top, no frequency fallback (``changes`` override any field)."""
+        settings: dict[str, object] = dict(
+            node_budget=63, adaptive_budget=False, scoring="hit-mass", frequency_fallback=False
+        )
+        return cls(**{**settings, **changes})
 
     def hit_mass(self, depth: int) -> float:
         """The hit mass of a node at ``depth`` (>= 1); the last value repeats deeper."""

@@ -12,8 +12,8 @@ import torch
 
 from .accept import accept_greedy
 from .backends.hf import HFTarget, check_supported, image_token_ids, output_vocab_size
-from .budget import BudgetTuner
 from .config import RecapConfig
+from .cost import StepCost
 from .drafters import METHODS, PERSISTENT_METHODS, make_drafter, memory_k
 from .errors import InputError, UnsupportedGenerationError
 from .memory import TokenMemory
@@ -62,16 +62,16 @@ def default_memory(model: torch.nn.Module, method: str, k: int) -> TokenMemory:
         return per_model[key]
 
 
-_default_tuners: weakref.WeakKeyDictionary[torch.nn.Module, dict] = weakref.WeakKeyDictionary()
+_step_costs: weakref.WeakKeyDictionary[torch.nn.Module, dict] = weakref.WeakKeyDictionary()
 
 
-def budget_tuner(model: torch.nn.Module, max_budget: int) -> BudgetTuner:
-    """The budget tuner recap keeps for ``model`` (step times belong to a model and a machine)."""
+def step_cost(model: torch.nn.Module, max_nodes: int) -> StepCost:
+    """The step-time model recap keeps for ``model`` (step times belong to a model and a machine)."""
     with _memories_lock:
-        per_model = _default_tuners.setdefault(model, {})
-        if max_budget not in per_model:
-            per_model[max_budget] = BudgetTuner(max_budget)
-        return per_model[max_budget]
+        per_model = _step_costs.setdefault(model, {})
+        if max_nodes not in per_model:
+            per_model[max_nodes] = StepCost(max_nodes)
+        return per_model[max_nodes]
 
 
 def _eos_ids(model: torch.nn.Module, eos_token_id: int | list[int] | None) -> set[int]:
@@ -168,8 +168,8 @@ def generate(
             _check_memory(memory, model, method, k)
     eos = _eos_ids(model, eos_token_id)
     blocked = image_token_ids(model)
-    drafter = make_drafter(method, config, memory, blocked)
-    tuner = budget_tuner(model, config.node_budget) if method == "recap" and config.adaptive_budget else None
+    cost = step_cost(model, config.node_budget + 1) if method == "recap" and config.adaptive_budget else None
+    drafter = make_drafter(method, config, memory, blocked, cost)
     target = HFTarget(model, memory.k if memory is not None else config.k)
     stats = DecodeStats(method=method)
     prompt_ids = input_ids[0].tolist()
@@ -185,8 +185,6 @@ def generate(
     try:
         while not done:
             t0 = time.perf_counter()
-            if tuner is not None:
-                drafter.node_budget = budget = tuner.choose()
             tree = drafter.propose(history)
             t1 = time.perf_counter()
             greedy, topk = target.verify(tree)
@@ -200,9 +198,7 @@ def generate(
                     break
             new_tokens.extend(committed)
             history.extend(committed)
-            stats.steps += 1
-            stats.nodes_verified += len(tree)
-            stats.accepted_lengths.append(len(committed))
+            stats.record_step(tree, len(committed))
             drafts_committed = min(len(committed), acceptance.accepted_drafts)
             stats.count_sources(tree.sources[acceptance.path[1 : 1 + drafts_committed]].tolist())
             if not done:
@@ -212,8 +208,8 @@ def generate(
             stats.time_draft += t1 - t0
             stats.time_verify += t2 - t1
             stats.time_update += t3 - t2
-            if tuner is not None and tree.ranks is not None:
-                tuner.record(budget, t3 - t0, tree.ranks[acceptance.path[1:]].tolist())
+            if cost is not None:
+                cost.record(len(tree), t3 - t0)
     finally:
         drafter.end()
         target.close()

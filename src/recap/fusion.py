@@ -10,6 +10,20 @@ from .memory import Row
 Fused = tuple[list[int], list[float], list[int]]  # tokens, fused q, key order of the most specific row holding each
 
 
+def lookup_rows(context: tuple[int, ...], token_memory, table2, table3, orders: Sequence[int]) -> list[tuple[int, Row]]:
+    """The (order, row) pairs a context finds, most specific first: the 3-token row of its last
+    three tokens, the 2-token row of its last two, the token memory's row of its last token
+    (each where ``orders`` uses it and the context is long enough). The tables are anything with
+    ``get(key)`` (``ContextMemory``, ``ContextTable``), the token memory anything with ``row(t)``."""
+    found = []
+    for order, lookup in ((3, table3.get), (2, table2.get), (1, lambda key: token_memory.row(key[0]))):
+        if order in orders and len(context) >= order:
+            row = lookup(tuple(context[-order:]))
+            if row is not None:
+                found.append((order, row))
+    return found
+
+
 def fuse_rows(rows: Sequence[tuple[int, Row]], mode: str, specificity: Sequence[float]) -> Fused:
     """Merge (order, row) pairs, highest order first, into candidates sorted by fused q.
 

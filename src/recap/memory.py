@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .calibration import Calibration
+from .kernels import tables
 from .topk import TopK
 
 METHODS = ("recap", "token_recycling")
@@ -24,7 +26,9 @@ class TokenMemory:
 
     Owned by the caller: pass one to ``recap.generate(memory=...)`` to share it between
     models of the same vocabulary, threads or processes (``save`` / ``load``). Every read
-    and write of a row holds a lock, so a row is never seen half-written.
+    and write of a row holds ``lock``, so a row is never seen half-written. It also carries
+    the drafter's ``calibration`` (how often drafts of each kind were accepted), which is
+    learned alongside the rows.
 
     ids:    [vocab, k] int32, candidates, best first
     probs:  [vocab, k] float32, their probabilities (0 where the row was never written)
@@ -46,7 +50,7 @@ class TokenMemory:
         self.kappa = np.zeros(vocab_size, dtype=np.float32)
         self.filled = np.zeros(vocab_size, dtype=bool)
         self.lock = threading.Lock()
-        self._rows: dict[int, Row] = {}  # the filled rows as Python lists, for fast reads
+        self.calibration = Calibration()
 
     def __repr__(self) -> str:
         return (
@@ -62,10 +66,20 @@ class TokenMemory:
     def nbytes(self) -> int:
         return self.ids.nbytes + self.probs.nbytes + self.kappa.nbytes + self.filled.nbytes
 
+    @property
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, probs, kappa, filled), as the compiled drafters take them (read under ``lock``)."""
+        return self.ids, self.probs, self.kappa, self.filled
+
     def row(self, token: int) -> Row | None:
         """The row keyed by ``token``, or None if it was never written. A row is replaced
         whole by a write, so a reader sees it from before or after the write, never half."""
-        return self._rows.get(token)
+        if not 0 <= token < self.vocab_size:
+            return None
+        with self.lock:
+            if not self.filled[token]:
+                return None
+            return self.ids[token].tolist(), self.probs[token].tolist(), float(self.kappa[token])
 
     def write(self, keys: np.ndarray, topk: TopK, rows: np.ndarray | None = None) -> None:
         """Write ``topk`` rows (all, or those indexed by ``rows``) under ``keys`` [M].
@@ -74,47 +88,24 @@ class TokenMemory:
         write wins. Keys outside the vocabulary are ignored.
         """
         keys = np.asarray(keys, dtype=np.int64)
-        if rows is None:
-            rows = np.arange(len(keys))
-        valid = (keys >= 0) & (keys < self.vocab_size)
-        keys, rows = keys[valid], np.asarray(rows)[valid]
-        if keys.size == 0:
-            return
-        keys, first = np.unique(keys, return_index=True)
-        rows = rows[first]
-        k = min(self.k, topk.k)
-        ids, probs, kappa = topk.ids[rows, :k], topk.probs[rows, :k], topk.concentration[rows]
+        rows = np.arange(len(keys), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
         with self.lock:
-            if k < self.k:
-                self.ids[keys] = 0
-                self.probs[keys] = 0
-            self.ids[keys, :k] = ids
-            self.probs[keys, :k] = probs
-            self.kappa[keys] = kappa
-            self.filled[keys] = True
-            self._rows.update(zip(keys.tolist(), zip(ids.tolist(), probs.tolist(), kappa.tolist())))
+            tables.write_token_rows(*self.arrays, keys, rows, topk.ids, topk.probs, topk.concentration)
 
     def clear(self) -> None:
+        """Forget every row (the calibration is kept: it describes the model, not the rows)."""
         with self.lock:
             self.ids[:] = 0
             self.probs[:] = 0
             self.kappa[:] = 0
             self.filled[:] = False
-            self._rows.clear()
 
     def copy(self) -> TokenMemory:
         out = TokenMemory(self.vocab_size, self.k, self.method, self.fingerprint)
         with self.lock:
             out.ids[:], out.probs[:], out.kappa[:], out.filled[:] = self.ids, self.probs, self.kappa, self.filled
-        out.sync_rows()
+        out.calibration.set_counts(*self.calibration.counts())
         return out
-
-    def sync_rows(self) -> None:
-        """Rebuild the readable rows from the arrays after they were set directly (a load)."""
-        with self.lock:
-            filled = np.nonzero(self.filled)[0]
-            rows = zip(self.ids[filled].tolist(), self.probs[filled].tolist(), self.kappa[filled].tolist())
-            self._rows = dict(zip(filled.tolist(), rows))
 
     def save(self, path: str | os.PathLike) -> None:
         """Write this memory to ``path`` atomically (see ``recap.persist.save_memory``)."""
@@ -149,3 +140,78 @@ class ContextMemory:
 
     def clear(self) -> None:
         self.rows.clear()
+
+
+class ContextTable:
+    """Rows keyed by the last ``order`` tokens (2 or 3) in an open-addressing hash table; lives
+    for one request. The compiled twin of ``ContextMemory`` (same reads and writes); token ids
+    must be below 2**21.
+
+    keys: [cap] int64 packed keys (``tables.EMPTY`` where free); ids [cap, k] int32, probs
+    [cap, k] float32, kappa [cap] float32. Grows (doubling) before it is half full.
+    """
+
+    def __init__(self, order: int, k: int, capacity: int = 1024) -> None:
+        if order not in (2, 3):
+            raise ValueError(f"a context table has keys of 2 or 3 tokens, not {order}")
+        self.order, self.k = order, k
+        self.count = 0
+        self._allocate(max(16, 1 << (capacity - 1).bit_length()))
+
+    def _allocate(self, capacity: int) -> None:
+        self.keys = np.full(capacity, tables.EMPTY, dtype=np.int64)
+        self.ids = np.zeros((capacity, self.k), dtype=np.int32)
+        self.probs = np.zeros((capacity, self.k), dtype=np.float32)
+        self.kappa = np.zeros(capacity, dtype=np.float32)
+
+    def __len__(self) -> int:
+        return self.count
+
+    @property
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return self.keys, self.ids, self.probs, self.kappa
+
+    def pack(self, key: Sequence[int]) -> int:
+        if len(key) != self.order:
+            raise ValueError(f"a key of this table has {self.order} tokens, got {tuple(key)}")
+        return int(tables.pack_key(-1 if self.order == 2 else key[0], key[-2], key[-1]))
+
+    def get(self, key: Sequence[int]) -> Row | None:
+        slot = tables.find(self.keys, self.pack(key))
+        if slot < 0:
+            return None
+        return self.ids[slot].tolist(), self.probs[slot].tolist(), float(self.kappa[slot])
+
+    def reserve(self, extra: int) -> None:
+        """Grow so that ``extra`` more keys keep the table at most half full."""
+        capacity = self.keys.shape[0]
+        if 2 * (self.count + extra) <= capacity:
+            return
+        while 2 * (self.count + extra) > capacity:
+            capacity *= 2
+        old = self.arrays
+        self._allocate(capacity)
+        tables.rehash(*old, *self.arrays)
+
+    def write_packed(self, keys: np.ndarray, rows: np.ndarray, topk: TopK) -> None:
+        """Write top-k rows ``rows`` [M] under packed ``keys`` [M] (EMPTY skips); within one
+        call the first occurrence of a key wins."""
+        self.reserve(len(keys))
+        self.count += tables.write_context_rows(*self.arrays, keys, rows, topk.ids, topk.probs, topk.concentration)
+
+    def write_many(self, keys: Sequence[Sequence[int]], rows: Sequence[Row]) -> None:
+        """``ContextMemory.write_many``'s form: rows as (ids, probs, kappa) under token keys."""
+        if not keys:
+            return
+        ids = np.asarray([r[0] for r in rows], dtype=np.int64)
+        probs = np.asarray([r[1] for r in rows], dtype=np.float32)
+        kappa = np.asarray([r[2] for r in rows], dtype=np.float32)
+        packed = np.asarray([self.pack(key) for key in keys], dtype=np.int64)
+        self.reserve(len(packed))
+        index = np.arange(len(packed), dtype=np.int64)
+        self.count += tables.write_context_rows(*self.arrays, packed, index, ids, probs, kappa)
+
+    def clear(self) -> None:
+        if self.count:
+            self.keys.fill(tables.EMPTY)
+            self.count = 0

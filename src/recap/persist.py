@@ -1,7 +1,10 @@
 """Token memories on disk: one safetensors file, written atomically, validated on read.
 
-File layout (format ``recap-memory``, version 1): tensors ``ids`` [vocab, k] int32,
-``probs`` [vocab, k] float32, ``kappa`` [vocab] float32 and ``filled`` [vocab] uint8 (0/1);
+File layout (format ``recap-memory``, version 2): tensors ``ids`` [vocab, k] int32,
+``probs`` [vocab, k] float32, ``kappa`` [vocab] float32 and ``filled`` [vocab] uint8 (0/1),
+and the drafter's calibration counts ``calibration_trials`` / ``calibration_accepted``
+[N_CELLS] float64 (``recap.calibration``; version 1 files, without them, still load, with a
+fresh calibration);
 the safetensors metadata key ``recap`` holds a JSON header with ``format``,
 ``format_version``, ``method``, ``k``, ``vocab_size``, ``fingerprint``, ``rows_filled``,
 ``created`` (ISO 8601, UTC) and ``recap_version``. Nothing is ever unpickled.
@@ -22,19 +25,25 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
+from .calibration import N_CELLS
 from .errors import MemoryFileError
 from .memory import METHODS, TokenMemory
 
 FORMAT_NAME = "recap-memory"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 METADATA_KEY = "recap"
-TENSORS = ("ids", "probs", "kappa", "filled")
+TENSORS_V1 = ("ids", "probs", "kappa", "filled")
+CALIBRATION_TENSORS = ("calibration_trials", "calibration_accepted")
+TENSORS = TENSORS_V1 + CALIBRATION_TENSORS
 # safetensors dtype names of each tensor and the numpy dtype they load as
 _DTYPES = {
     "ids": ("I32", np.int32),
     "probs": ("F32", np.float32),
     "kappa": ("F32", np.float32),
     "filled": ("U8", np.uint8),
+    "calibration_trials": ("F64", np.float64),
+    "calibration_accepted": ("F64", np.float64),
 }
 _HEADER_INTS = ("format_version", "k", "vocab_size", "rows_filled")
 _HEADER_STRS = ("format", "method", "fingerprint", "created", "recap_version")
@@ -91,6 +100,7 @@ def _snapshot(memory: TokenMemory) -> tuple[dict[str, np.ndarray], dict[str, Any
             "kappa": np.array(memory.kappa, dtype=np.float32, copy=True),
             "filled": np.array(memory.filled, dtype=np.uint8, copy=True),
         }
+        tensors["calibration_trials"], tensors["calibration_accepted"] = memory.calibration.counts()
         method, k, vocab, fingerprint = memory.method, memory.k, memory.vocab_size, memory.fingerprint
     from . import __version__
 
@@ -227,10 +237,10 @@ def _check_header(header: dict[str, Any]) -> None:
         if name not in header:
             raise _Invalid(f"has a malformed recap header (field {name!r} is missing)")
     version = header["format_version"]
-    if version != FORMAT_VERSION or isinstance(version, bool):
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
         raise _Invalid(
-            f"has unsupported format version {_short(version)}; this recap reads version {FORMAT_VERSION} "
-            "(upgrade recap, or re-create the memory)"
+            f"has unsupported format version {_short(version)}; this recap reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))} (upgrade recap, or re-create the memory)"
         )
     for name in _HEADER_INTS:
         value = header[name]
@@ -247,16 +257,16 @@ def _check_header(header: dict[str, Any]) -> None:
 
 def _check_tensors(header: dict[str, Any], raw: dict[str, tuple[str, list[int], bytes]]) -> dict[str, np.ndarray]:
     """Names, dtypes and shapes against the header; returns the arrays (read-only views)."""
-    missing = [name for name in TENSORS if name not in raw]
+    names = TENSORS if header["format_version"] >= 2 else TENSORS_V1
+    missing = [name for name in names if name not in raw]
     if missing:
         raise _Invalid(f"is missing tensor(s) {', '.join(missing)}")
-    extra = sorted(set(raw) - set(TENSORS))
+    extra = sorted(set(raw) - set(names))
     if extra:
         raise _Invalid(f"has unexpected tensor(s) {', '.join(extra[:5])}")
-    vocab, k = header["vocab_size"], header["k"]
-    expected_shapes = {"ids": [vocab, k], "probs": [vocab, k], "kappa": [vocab], "filled": [vocab]}
+    expected_shapes = _shapes(header)
     arrays = {}
-    for name in TENSORS:
+    for name in names:
         dtype, shape, data = raw[name]
         want_dtype, np_dtype = _DTYPES[name]
         if dtype != want_dtype:
@@ -264,10 +274,22 @@ def _check_tensors(header: dict[str, Any], raw: dict[str, tuple[str, list[int], 
         if shape != expected_shapes[name]:
             raise _Invalid(
                 f"tensor {name!r} has shape {shape}, expected {expected_shapes[name]} "
-                f"(header vocab_size={vocab}, k={k}): header and tensors are inconsistent"
+                f"(header vocab_size={header['vocab_size']}, k={header['k']}): header and tensors are inconsistent"
             )
         arrays[name] = np.frombuffer(data, dtype=np.dtype(np_dtype).newbyteorder("<")).reshape(shape)
     return arrays
+
+
+def _shapes(header: dict[str, Any]) -> dict[str, list[int]]:
+    vocab, k = header["vocab_size"], header["k"]
+    return {
+        "ids": [vocab, k],
+        "probs": [vocab, k],
+        "kappa": [vocab],
+        "filled": [vocab],
+        "calibration_trials": [N_CELLS],
+        "calibration_accepted": [N_CELLS],
+    }
 
 
 def _check_values(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
@@ -288,6 +310,12 @@ def _check_values(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> None
         raise _Invalid("has values out of [0, 1] in tensor 'kappa'")
     if filled.size and int(filled.max()) > 1:
         raise _Invalid("has values other than 0 and 1 in tensor 'filled'")
+    if "calibration_trials" in arrays:
+        trials, accepted = arrays["calibration_trials"], arrays["calibration_accepted"]
+        if not (np.isfinite(trials).all() and np.isfinite(accepted).all()):
+            raise _Invalid("has NaN or infinite calibration counts")
+        if float(accepted.min()) < 0 or bool((accepted > trials).any()):
+            raise _Invalid("has calibration counts out of range (need 0 <= calibration_accepted <= calibration_trials)")
     rows = int(np.count_nonzero(filled))
     if rows != header["rows_filled"]:
         raise _Invalid(
@@ -299,10 +327,9 @@ def _check_values(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> None
 def _check_content(header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
     """The checks of a loaded file, applied to an in-memory snapshot (used before saving)."""
     _check_header(header)
-    vocab, k = header["vocab_size"], header["k"]
-    for name, shape in (("ids", (vocab, k)), ("probs", (vocab, k)), ("kappa", (vocab,)), ("filled", (vocab,))):
-        if tensors[name].shape != shape:
-            raise _Invalid(f"tensor {name!r} has shape {list(tensors[name].shape)}, expected {list(shape)}")
+    for name, shape in _shapes(header).items():
+        if list(tensors[name].shape) != shape:
+            raise _Invalid(f"tensor {name!r} has shape {list(tensors[name].shape)}, expected {shape}")
     _check_values(header, tensors)
 
 
@@ -377,9 +404,8 @@ def load_memory(path: PathLike, expected: Any = None) -> TokenMemory:
     memory.probs[:] = arrays["probs"]
     memory.kappa[:] = arrays["kappa"]
     memory.filled[:] = arrays["filled"].astype(bool)
-    sync = getattr(memory, "sync_rows", None)  # rebuild any cache derived from the arrays
-    if callable(sync):
-        sync()
+    if "calibration_trials" in arrays:
+        memory.calibration.set_counts(arrays["calibration_trials"], arrays["calibration_accepted"])
     return memory
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
-from .tree import Source
+from .tree import DraftTree, Source
 
 
 @dataclass
@@ -22,7 +22,9 @@ class DecodeStats:
     new_tokens: int = 0
     steps: int = 0
     accepted_lengths: list[int] = field(default_factory=list)
+    tree_sizes: list[int] = field(default_factory=list)
     nodes_verified: int = 0
+    expected_tokens: float = 0.0  # what the drafter expected its trees to commit (if it estimates)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
     time_prefill: float = 0.0
     time_draft: float = 0.0
@@ -53,6 +55,20 @@ class DecodeStats:
         """Seconds of drafting and updating per step (host-side work besides the forward)."""
         return (self.time_draft + self.time_update) / self.steps if self.steps else 0.0
 
+    def record_step(self, tree: DraftTree, committed: int) -> None:
+        """One step: the tree verified and the tokens it committed."""
+        self.steps += 1
+        self.nodes_verified += len(tree)
+        self.tree_sizes.append(len(tree))
+        self.accepted_lengths.append(committed)
+        if tree.probs is not None:
+            self.expected_tokens += float(tree.probs.sum())
+
+    @property
+    def size_histogram(self) -> dict[int, int]:
+        """Tree size (nodes, root included; 1 = a plain step) -> number of steps."""
+        return dict(sorted(Counter(self.tree_sizes).items()))
+
     def count_sources(self, sources: list[int]) -> None:
         for s in sources:
             name = Source(s).name.lower()
@@ -63,6 +79,7 @@ class DecodeStats:
         out.update(
             mean_accepted_length=self.mean_accepted_length,
             histogram={str(k): v for k, v in self.histogram.items()},
+            size_histogram={str(k): v for k, v in self.size_histogram.items()},
             tokens_per_forward=self.tokens_per_forward,
             nodes_per_token=self.nodes_per_token,
             host_overhead_per_step=self.host_overhead_per_step,
@@ -72,9 +89,15 @@ class DecodeStats:
     def summary(self) -> str:
         """One line for the terminal."""
         ms = 1000.0
+        sizes = ""
+        if self.steps:
+            low, high, mean = min(self.tree_sizes), max(self.tree_sizes), self.nodes_verified / self.steps
+            sizes = f", trees of {low}-{high} nodes (mean {mean:.1f})"
+            if self.expected_tokens:
+                sizes += f", expected {self.expected_tokens / self.steps:.2f} tokens/step"
         return (
             f"{self.method}: {self.new_tokens} tokens in {self.steps} steps, "
-            f"mean accepted length {self.mean_accepted_length:.2f}, "
+            f"mean accepted length {self.mean_accepted_length:.2f}{sizes}, "
             f"{self.nodes_per_token:.1f} nodes/token, {self.time_total * ms:.0f} ms "
             f"(prefill {self.time_prefill * ms:.0f}, draft {self.time_draft * ms:.0f}, "
             f"verify {self.time_verify * ms:.0f}, update {self.time_update * ms:.0f})"

@@ -14,12 +14,16 @@ class TopK:
 
     ids:   [N, k] int64, best first
     probs: [N, k] float32, full-vocabulary softmax probabilities of ``ids``
+    (both stored contiguous, converted if need be)
     """
 
     ids: np.ndarray
     probs: np.ndarray
 
     def __post_init__(self) -> None:
+        # contiguous int64 / float32, the layout the compiled memory writes take
+        object.__setattr__(self, "ids", np.ascontiguousarray(self.ids, dtype=np.int64))
+        object.__setattr__(self, "probs", np.ascontiguousarray(self.probs, dtype=np.float32))
         if self.ids.shape != self.probs.shape or self.ids.ndim != 2:
             raise ValueError(f"TopK ids {self.ids.shape} and probs {self.probs.shape} must both be [N, k]")
 

@@ -29,18 +29,20 @@ class DraftTree:
     parents: [N] int64, parent index (-1 for the root), parents[i] < i
     depths:  [N] int64, root depth 0
     sources: [N] int8, ``Source`` of each node
-    ranks:   [N] int64 or None, for budget tuning: node i is drafted by every search with a
-             node budget > ranks[i] (best-first insertion order; -1 at any budget)
+    probs:   [N] float64 or None, the drafter's estimate that the path to each node is
+             accepted (1 at the root); their sum is the tokens it expects the step to commit
     """
 
     tokens: np.ndarray
     parents: np.ndarray
     depths: np.ndarray
     sources: np.ndarray
-    ranks: np.ndarray | None = None
+    probs: np.ndarray | None = None
 
     @staticmethod
-    def from_lists(tokens: list[int], parents: list[int], sources: list[int] | None = None) -> DraftTree:
+    def from_lists(
+        tokens: list[int], parents: list[int], sources: list[int] | None = None, probs: list[float] | None = None
+    ) -> DraftTree:
         """Build and validate a tree from plain lists (depths are derived)."""
         n = len(tokens)
         if n == 0 or len(parents) != n or parents[0] != -1:
@@ -58,7 +60,13 @@ class DraftTree:
             parents=np.asarray(parents, dtype=np.int64),
             depths=np.asarray(depths, dtype=np.int64),
             sources=np.asarray(sources, dtype=np.int8),
+            probs=None if probs is None else np.asarray(probs, dtype=np.float64),
         )
+
+    @property
+    def expected_tokens(self) -> float | None:
+        """Tokens the drafter expects this step to commit (the bonus included), if it estimates."""
+        return None if self.probs is None else float(self.probs.sum())
 
     @staticmethod
     def root_only(token: int) -> DraftTree:

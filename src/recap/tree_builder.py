@@ -1,91 +1,68 @@
-"""Best-first construction of a draft tree from fused candidates, and the suffix graft."""
+"""Best-first construction of a draft tree from fused candidates, its truncation to a node
+budget, the suffix graft and the depth-first layout.
+
+This is the readable reference; the drafter runs the compiled twin in
+``recap.kernels.drafting``, which the tests hold equal to it.
+"""
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from .calibration import cell_index
 from .fusion import Fused
 from .tree import DraftTree, Source
 
 CandidateFn = Callable[[tuple[int, ...]], Fused]
-Candidate = tuple[int, float, int]  # token, q, source
 
 
-class TreeLists:
-    """A tree under construction, as plain lists (node 0 is the root)."""
+@dataclass(frozen=True)
+class Scoring:
+    """How a candidate edge is scored.
 
-    __slots__ = ("tokens", "parents", "depths", "sources", "ranks", "children")
+    calibrated: score = the calibrated P(accepted | parent accepted) of its cell (``probs``
+                [N_CELLS]); False: the paper's score, ``hit_masses[depth - 1]`` x q.
+    Either way each node also gets ``prob``, the calibrated estimate of its whole path being
+    accepted (the product of its edges' cell probabilities), from which budgets are chosen.
+    """
 
-    def __init__(self, root: int) -> None:
-        self.tokens = [root]
-        self.parents = [-1]
-        self.depths = [0]
-        self.sources = [int(Source.ROOT)]
-        self.ranks = [-1]  # best-first insertion order (-1: drafted at any budget)
-        self.children: list[list[int]] = [[]]
+    calibrated: bool
+    hit_masses: np.ndarray  # [max_depth] float64
+    probs: np.ndarray  # [N_CELLS] float64
 
-    def add(self, parent: int, token: int, source: int) -> int:
-        node = len(self.tokens)
-        self.tokens.append(token)
-        self.parents.append(parent)
-        self.depths.append(self.depths[parent] + 1)
-        self.sources.append(source)
-        self.ranks.append(-1)
-        self.children.append([])
-        self.children[parent].append(node)
-        return node
 
-    def depth_first(self) -> TreeLists:
-        """The same tree with nodes renumbered in depth-first preorder, children in the
-        order they were added (best first), so the likeliest chain is contiguous."""
-        children, tokens, sources, ranks = self.children, self.tokens, self.sources, self.ranks
-        out = TreeLists(tokens[0])
-        out_tokens, out_parents, out_depths, out_sources, out_ranks, out_children = (
-            out.tokens,
-            out.parents,
-            out.depths,
-            out.sources,
-            out.ranks,
-            out.children,
-        )
-        stack = [(child, 0) for child in reversed(children[0])]  # (old node, new parent)
-        while stack:
-            old, parent = stack.pop()
-            node = len(out_tokens)
-            out_tokens.append(tokens[old])
-            out_parents.append(parent)
-            out_depths.append(out_depths[parent] + 1)
-            out_sources.append(sources[old])
-            out_ranks.append(ranks[old])
-            out_children.append([])
-            out_children[parent].append(node)
-            stack.extend((child, node) for child in reversed(children[old]))
-        return out
+@dataclass
+class BuiltTree:
+    """A tree in best-first insertion order: node i (i >= 1) is the i-th added, so its first
+    B + 1 nodes are exactly the tree a budget of B builds. ``cells`` is each node's calibration
+    cell (-1 for the root)."""
 
-    def graft(self, path: Sequence[int], source: int = int(Source.SUFFIX)) -> None:
-        """Add ``path`` as a chain below the root, reusing nodes that already hold it (which
-        then count as drafted at any budget, like the path's new nodes)."""
-        node = 0
-        for token in path:
-            for child in self.children[node]:
-                if self.tokens[child] == token:
-                    node = child
-                    self.ranks[node] = -1
-                    break
-            else:
-                node = self.add(node, token, source)
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    depths: list[int] = field(default_factory=list)
+    sources: list[int] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    probs: list[float] = field(default_factory=list)
+    cells: list[int] = field(default_factory=list)
 
-    def freeze(self) -> DraftTree:
-        return DraftTree(
-            tokens=np.asarray(self.tokens, dtype=np.int64),
-            parents=np.asarray(self.parents, dtype=np.int64),
-            depths=np.asarray(self.depths, dtype=np.int64),
-            sources=np.asarray(self.sources, dtype=np.int8),
-            ranks=np.asarray(self.ranks, dtype=np.int64),
-        )
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+def _edges(
+    fused: Fused, depth: int, scoring: Scoring
+) -> list[tuple[float, int, int, float, int]]:  # (score factor, token, source, cell prob, cell)
+    out = []
+    for token, q, source in zip(*fused):
+        cell = cell_index(source, depth, q)
+        p = float(scoring.probs[cell])
+        factor = p if scoring.calibrated else float(scoring.hit_masses[depth - 1]) * q
+        out.append((factor, token, source, p, cell))
+    return out
 
 
 def build_tree(
@@ -95,74 +72,124 @@ def build_tree(
     budget: int,
     max_depth: int,
     max_width: int,
-    hit_mass: Callable[[int], float],
+    scoring: Scoring,
     blocked: frozenset[int] | set[int] = frozenset(),
-) -> TreeLists:
+    suffix: Sequence[int] = (),
+    suffix_length: int = 0,
+) -> BuiltTree:
     """Grow a tree best-first from the root (the last token of ``root_context``).
 
-    A child's score is score(parent) * hit_mass(depth) * q(child), q from ``candidates(ctx)``,
-    ctx the node's last <= 3 tokens. Up to ``budget`` nodes besides the root are added, the
-    highest score first; each node has at most ``max_width`` children and depth <=
-    ``max_depth``. Skipped: tokens in ``blocked`` and an edge (a -> b) already on the path.
-    Work is lazy: a node's candidates are fetched only when its best possible child could
-    still make the budget, and a sibling is offered only when the previous one is taken.
-    Returns the tree in depth-first layout; ``ranks`` holds each node's insertion order, so
-    the nodes of rank < B are exactly the tree a budget of B would have built.
-    """
-    tree = TreeLists(root_context[-1])
-    tokens, parents, depths, sources, ranks = tree.tokens, tree.parents, tree.depths, tree.sources, tree.ranks
-    children = tree.children
-    masses = [hit_mass(d) for d in range(1, max_depth + 1)]  # masses[d - 1]: hit mass at depth d
-    # per node, filled when it is expanded: its last <= 3 tokens and the edges on its path
-    size = budget + 1
-    contexts: list[tuple[int, ...]] = [()] * size
-    contexts[0] = tuple(root_context[-3:])
-    edges: list[frozenset[tuple[int, int]]] = [frozenset()] * size
-    bases = [0.0] * size  # per expanded node: -(its score x the hit mass of its children's depth)
-    options: list[list[Candidate]] = [[]] * size
-    # heap entries: (-score, tiebreak, parent, rank); rank -1 marks "expand parent", whose
-    # score is an upper bound (q <= 1) of its children's, so expansion waits until needed
-    heap: list[tuple[float, int, int, int]] = [(-masses[0], 0, 0, -1)]
-    counter = 0
-    push, pop = heapq.heappush, heapq.heappop
+    A child's score is score(parent) x its edge factor (see ``Scoring``). Each added node is
+    expanded at once: its candidates, from ``candidates(ctx)`` with ctx its last <= 3 tokens,
+    are sorted by edge factor (stable), blocked tokens and edges (a -> b) already on its path
+    are dropped, and at most ``max_width`` are kept; only its best child is offered, and a
+    sibling only once the previous one is taken. Up to ``budget`` nodes are added besides the
+    root, highest score first (ties: the earlier offer), to depth ``max_depth``.
 
-    while heap and len(tokens) < size:
-        neg_score, _, parent, rank = pop(heap)
-        if rank < 0:  # expand: fetch the parent's candidates and offer its best child
-            if parent:
-                up = parents[parent]
-                contexts[parent] = (contexts[up] + (tokens[parent],))[-3:]
-                edges[parent] = edges[up] | {(tokens[up], tokens[parent])}
-            token, path_edges = tokens[parent], edges[parent]
-            found: list[Candidate] = []
-            for candidate in zip(*candidates(contexts[parent])):
-                t = candidate[0]
-                if t in blocked or (token, t) in path_edges:
-                    continue
-                found.append(candidate)
-                if len(found) == max_width:
-                    break
-            options[parent] = found
-            bases[parent] = neg_score
-            if found:
-                counter += 1
-                push(heap, (neg_score * found[0][1], counter, parent, 0))
-            continue
-        siblings = options[parent]
-        token, _, source = siblings[rank]
-        node = len(tokens)
-        depth = depths[parent] + 1
-        tokens.append(token)
-        parents.append(parent)
-        depths.append(depth)
-        sources.append(source)
-        ranks.append(node - 1)
-        children.append([])
-        children[parent].append(node)
-        if rank + 1 < len(siblings):
+    With calibrated scoring, ``suffix`` (the suffix-matched continuation, whose match was
+    ``suffix_length`` tokens long) competes as a candidate: the node on the continuation at
+    depth j offers ``suffix[j]`` (source SUFFIX), or raises that candidate's factor to the
+    suffix cell's if it is already there with a lower one.
+    """
+    tree = BuiltTree([root_context[-1]], [-1], [0], [int(Source.ROOT)], [1.0], [1.0], [-1])
+    contexts = [tuple(root_context[-3:])]
+    on_suffix = [0 if (suffix and scoring.calibrated) else -1]  # position of each node on the continuation
+    offers: list[list[tuple[float, int, int, float, int]]] = []
+    heap: list[tuple[float, int, int, int]] = []  # (-score, offer counter, parent, rank)
+    counter = 0
+
+    def expand(node: int) -> None:
+        nonlocal counter
+        depth = tree.depths[node] + 1
+        edges = _edges(candidates(contexts[node]), depth, scoring)
+        j = on_suffix[node]
+        if 0 <= j < len(suffix):
+            cell = cell_index(int(Source.SUFFIX), depth, suffix_length)
+            p = float(scoring.probs[cell])
+            at = next((i for i, e in enumerate(edges) if e[1] == suffix[j]), -1)
+            if at < 0:
+                edges.append((p, suffix[j], int(Source.SUFFIX), p, cell))
+            elif p > edges[at][0]:
+                edges[at] = (p, suffix[j], int(Source.SUFFIX), p, cell)
+        edges.sort(key=lambda e: -e[0])  # stable: ties keep the fused order
+        path_edges = set()
+        up = node
+        while up > 0:
+            path_edges.add((tree.tokens[tree.parents[up]], tree.tokens[up]))
+            up = tree.parents[up]
+        token = tree.tokens[node]
+        kept = [e for e in edges if e[1] not in blocked and (token, e[1]) not in path_edges][:max_width]
+        offers.append(kept)
+        if kept:
             counter += 1
-            push(heap, (bases[parent] * siblings[rank + 1][1], counter, parent, rank + 1))
-        if depth < max_depth:
+            heapq.heappush(heap, (-tree.scores[node] * kept[0][0], counter, node, 0))
+
+    expand(0)
+    while heap and len(tree) <= budget:
+        neg_score, _, parent, rank = heapq.heappop(heap)
+        factor, token, source, p, cell = offers[parent][rank]
+        node = len(tree)
+        tree.tokens.append(token)
+        tree.parents.append(parent)
+        tree.depths.append(tree.depths[parent] + 1)
+        tree.sources.append(source)
+        tree.scores.append(-neg_score)
+        tree.probs.append(tree.probs[parent] * p)
+        tree.cells.append(cell)
+        contexts.append((contexts[parent] + (token,))[-3:])
+        j = on_suffix[parent]
+        on_suffix.append(j + 1 if 0 <= j < len(suffix) and suffix[j] == token else -1)
+        if rank + 1 < len(offers[parent]):
             counter += 1
-            push(heap, (neg_score * masses[depth], counter, node, -1))
-    return tree.depth_first()
+            heapq.heappush(heap, (-tree.scores[parent] * offers[parent][rank + 1][0], counter, parent, rank + 1))
+        if tree.depths[node] < max_depth:
+            expand(node)
+        else:
+            offers.append([])
+    return tree
+
+
+def layout(
+    tree: BuiltTree,
+    keep: int,
+    graft: Sequence[int] = (),
+    graft_probs: Sequence[float] = (),
+    graft_cells: Sequence[int] = (),
+) -> tuple[DraftTree, np.ndarray]:
+    """The first ``keep`` nodes of ``tree`` (root included) as a ``DraftTree`` in depth-first
+    preorder, children in insertion order (the likeliest chain contiguous), after grafting
+    ``graft`` below the root: the paper's suffix path, reusing nodes that hold it, new nodes
+    (source SUFFIX; the j-th has edge probability ``graft_probs[j]`` and cell ``graft_cells[j]``)
+    appended.
+    Returns the tree and ``order`` [N]: the insertion index of each laid-out node (new graft
+    nodes numbered after the kept ones)."""
+    tokens, parents, sources = tree.tokens[:keep], tree.parents[:keep], tree.sources[:keep]
+    probs, cells = tree.probs[:keep], tree.cells[:keep]
+    children: list[list[int]] = [[] for _ in range(keep)]
+    for node in range(1, keep):
+        children[parents[node]].append(node)
+    node = 0
+    for token, graft_prob, graft_cell in zip(graft, graft_probs, graft_cells):
+        found = next((c for c in children[node] if tokens[c] == token), -1)
+        if found < 0:
+            found = len(tokens)
+            tokens, parents, sources = [*tokens, token], [*parents, node], [*sources, int(Source.SUFFIX)]
+            probs, cells = [*probs, probs[node] * graft_prob], [*cells, graft_cell]
+            children[node].append(found)
+            children.append([])
+        node = found
+    order: list[int] = []
+    new_index = [0] * len(tokens)
+    stack = [0]
+    while stack:
+        old = stack.pop()
+        new_index[old] = len(order)
+        order.append(old)
+        stack.extend(reversed(children[old]))
+    draft = DraftTree.from_lists(
+        [tokens[i] for i in order],
+        [-1] + [new_index[parents[i]] for i in order[1:]],
+        [sources[i] for i in order],
+        probs=[probs[i] for i in order],
+    )
+    return draft, np.asarray([cells[i] for i in order], dtype=np.int64)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..config import RecapConfig
+from ..cost import StepCost
 from ..memory import TokenMemory
 from .base import Drafter, NoDrafter
 from .prompt_lookup import PromptLookupDrafter
@@ -18,11 +19,18 @@ def memory_k(method: str, config: RecapConfig) -> int:
     return config.k if method == "recap" else 8
 
 
-def make_drafter(method: str, config: RecapConfig, memory: TokenMemory | None, blocked: frozenset[int]) -> Drafter:
-    """The drafter of ``method``; ``memory`` is its persistent table (recap, token_recycling)."""
+def make_drafter(
+    method: str,
+    config: RecapConfig,
+    memory: TokenMemory | None,
+    blocked: frozenset[int],
+    cost: StepCost | None = None,
+) -> Drafter:
+    """The drafter of ``method``; ``memory`` is its persistent table (recap, token_recycling);
+    ``cost`` the step-time model RECAP sizes its trees with (adaptive budget)."""
     if method == "recap":
         assert memory is not None
-        return RecapDrafter(config, memory, blocked)
+        return RecapDrafter(config, memory, blocked, cost)
     if method == "token_recycling":
         assert memory is not None
         return TokenRecyclingDrafter(memory)

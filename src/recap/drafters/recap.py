@@ -1,21 +1,25 @@
 """RECAP: recycled top-k predictions under 1-, 2- and 3-token keys, fused by
-entropy-confidence weighting, drafted as a best-first tree plus a suffix continuation."""
+entropy-confidence weighting, drafted as a best-first tree plus a suffix continuation.
+
+The hot path (fusion, tree search, layout, memory writes) runs compiled
+(``recap.kernels``); ``recap.fusion`` and ``recap.tree_builder`` are its references.
+"""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
 
 from ..accept import Acceptance
+from ..calibration import cell_index
 from ..config import RecapConfig
-from ..fusion import Fused, fuse_rows
-from ..memory import ContextMemory, Row, TokenMemory
+from ..cost import StepCost
+from ..kernels import drafting, tables
+from ..memory import ContextTable, TokenMemory
 from ..suffix import SuffixIndex
 from ..topk import TopK
 from ..tree import DraftTree, Source
-from ..tree_builder import build_tree
 
 
 def collapse_runs(tokens: Sequence[int], blocked: frozenset[int]) -> list[int]:
@@ -28,23 +32,82 @@ def collapse_runs(tokens: Sequence[int], blocked: frozenset[int]) -> list[int]:
     return out
 
 
+class FrequentTokens:
+    """Counts of a request's text tokens and its ``k`` most frequent ones (the fallback for a
+    context no memory knows), kept up to date token by token."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.counts: dict[int, int] = {}
+        self.total = 0
+        self.top: list[int] = []  # at most k tokens, most frequent first (ties: seen first)
+        self._arrays: tuple[np.ndarray, np.ndarray] | None = None
+
+    def add(self, tokens: Sequence[int]) -> None:
+        counts, top = self.counts, self.top
+        for t in tokens:
+            counts[t] = c = counts.get(t, 0) + 1
+            self.total += 1
+            if t in top:
+                i = top.index(t)
+            elif len(top) < self.k:
+                top.append(t)
+                i = len(top) - 1
+            elif c > counts[top[-1]]:
+                top[-1] = t
+                i = len(top) - 1
+            else:
+                continue
+            while i > 0 and counts[top[i - 1]] < c:
+                top[i - 1], top[i] = top[i], top[i - 1]
+                i -= 1
+        self._arrays = None
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(tokens [F] int64, their share of the request's tokens [F] float64)."""
+        if self._arrays is None:
+            total = self.total or 1
+            self._arrays = (
+                np.asarray(self.top, dtype=np.int64),
+                np.asarray([self.counts[t] / total for t in self.top], dtype=np.float64),
+            )
+        return self._arrays
+
+
 class RecapDrafter:
     name = "recap"
 
-    def __init__(self, config: RecapConfig, memory: TokenMemory, blocked: frozenset[int] = frozenset()) -> None:
+    def __init__(
+        self,
+        config: RecapConfig,
+        memory: TokenMemory,
+        blocked: frozenset[int] = frozenset(),
+        cost: StepCost | None = None,
+    ) -> None:
         if memory.k < config.k:
             raise ValueError(f"the token memory keeps k={memory.k} candidates but the config asks for k={config.k}")
+        if memory.vocab_size > tables.MAX_TOKEN + 1:
+            raise ValueError(
+                f"RECAP's context keys hold token ids below {tables.MAX_TOKEN + 1}; this vocabulary has "
+                f"{memory.vocab_size} tokens. Use method='token_recycling' or 'pld'."
+            )
         self.config = config
         self.memory = memory
         self.blocked = blocked
-        self.context = {2: ContextMemory(2), 3: ContextMemory(3)}
+        self.cost = cost if config.adaptive_budget else None
+        self.context = {2: ContextTable(2, memory.k), 3: ContextTable(3, memory.k)}
         self.suffix = SuffixIndex()
-        self._use = set(config.key_orders)
-        self._use1, self._use2, self._use3 = (o in self._use for o in (1, 2, 3))
-        self._root_context: tuple[int, ...] = ()
-        self._counts: Counter[int] = Counter()  # text tokens of this request (prompt + output)
-        self._fallback: Fused | None = None  # cached until the next commit
-        self.node_budget = config.node_budget  # set per step by the decode loop when the budget adapts
+        self.frequent = FrequentTokens(config.k)
+        self._blocked_mask = np.zeros(memory.vocab_size, dtype=bool)
+        self._blocked_mask[[t for t in blocked if 0 <= t < memory.vocab_size]] = True
+        self._use = np.asarray([False, *(o in config.key_orders for o in (1, 2, 3))])
+        self._fusion = drafting.FUSION_CODES[config.fusion]
+        self._specificity = np.asarray(config.specificity, dtype=np.float64)
+        self._hit_masses = np.asarray([config.hit_mass(d) for d in range(1, config.max_depth + 1)])
+        self._calibrated = config.scoring == "calibrated"
+        self._empty = np.zeros(0, dtype=np.int64)
+        self._root_context = np.full(3, -1, dtype=np.int64)
+        self._cells = self._empty  # [N] calibration cell of each node of the last tree
 
     # -- request lifecycle -------------------------------------------------------------
     def prefill_positions(self, prompt_ids: Sequence[int]) -> list[int]:
@@ -52,8 +115,8 @@ class RecapDrafter:
         distinct text token (token memory), or every text position when the contextual
         memories are seeded too."""
         cfg = self.config
-        seed_context = cfg.seed_context_from_prefill and (self._use2 or self._use3)
-        if not ((cfg.seed_from_prefill and self._use1) or seed_context):
+        seed_context = cfg.seed_context_from_prefill and bool(self._use[2] or self._use[3])
+        if not ((cfg.seed_from_prefill and self._use[1]) or seed_context):
             return []
         seen: set[int] = set()
         positions = []
@@ -65,137 +128,98 @@ class RecapDrafter:
         return positions
 
     def begin(self, prompt_ids: Sequence[int], positions: Sequence[int], prompt_topk: TopK | None) -> None:
-        for memory in self.context.values():
-            memory.clear()
+        for table in self.context.values():
+            table.clear()
         if not self.config.persistent:
             self.memory.clear()
         if prompt_topk is not None and len(positions):
             ids = np.asarray(prompt_ids, dtype=np.int64)
             at = np.asarray(positions, dtype=np.int64)
-            if self.config.seed_from_prefill and self._use1:
+            if self.config.seed_from_prefill and self._use[1]:
                 self.memory.write(ids[at], prompt_topk)  # first occurrence of each token wins
             if self.config.seed_context_from_prefill:
                 self._seed_context(ids, at, prompt_topk)
         self.suffix = SuffixIndex()
         self.suffix.extend(collapse_runs(prompt_ids, self.blocked))
-        self._counts = Counter(t for t in prompt_ids if t not in self.blocked)
-        self._fallback = None
+        self.frequent = FrequentTokens(self.config.k)
+        self.frequent.add([t for t in prompt_ids if t not in self.blocked])
 
     def _seed_context(self, ids: np.ndarray, at: np.ndarray, topk: TopK) -> None:
         """Rows of the prompt's text positions under their last 2 and 3 prompt tokens."""
-        rows = list(zip(topk.ids.tolist(), topk.probs.tolist(), topk.concentration.tolist()))
-        text = [int(t) not in self.blocked for t in ids]
-        tokens = ids.tolist()
-        for order in (2, 3):
-            if order not in self._use:
-                continue
-            keys, kept = [], []
-            for row, i in zip(rows, at.tolist()):
-                if i + 1 >= order and all(text[i - order + 1 : i + 1]):
-                    keys.append(tuple(tokens[i - order + 1 : i + 1]))
-                    kept.append(row)
-            self.context[order].write_many(keys, kept)
+        parents = np.arange(-1, len(ids) - 1, dtype=np.int64)
+        keys2, keys3 = tables.node_context_keys(ids, parents, at, np.full(2, -1, np.int64), self._blocked_mask)
+        rows = np.arange(len(at), dtype=np.int64)
+        for order, keys in ((2, keys2), (3, keys3)):
+            if self._use[order]:
+                self.context[order].write_packed(keys, rows, topk)
 
     def end(self) -> None:
-        for memory in self.context.values():
-            memory.clear()
+        for table in self.context.values():
+            table.clear()
 
     # -- drafting ----------------------------------------------------------------------
-    def candidates(self, context: tuple[int, ...]) -> Fused:
-        """Fused candidates for a node whose last (up to 3) tokens are ``context``."""
-        rows: list[tuple[int, Row]] = []
-        if self._use3 and len(context) == 3:
-            row = self.context[3].get(context)
-            if row is not None:
-                rows.append((3, row))
-        if self._use2 and len(context) >= 2:
-            row = self.context[2].get(context[-2:])
-            if row is not None:
-                rows.append((2, row))
-        if self._use1:
-            row = self.memory.row(context[-1])
-            if row is not None:
-                rows.append((1, row))
-        if not rows and self.config.frequency_fallback:
-            return self.frequent_tokens()
-        return fuse_rows(rows, self.config.fusion, self.config.specificity)
-
-    def frequent_tokens(self) -> Fused:
-        """The fallback for a context no memory knows: the request's ``k`` most frequent text
-        tokens, q = their share. Drafting them also gives those nodes rows once verified,
-        which is how coverage grows from a cold start."""
-        if self._fallback is None:
-            total = sum(self._counts.values()) or 1
-            top = self._counts.most_common(self.config.k)
-            self._fallback = (
-                [t for t, _ in top],
-                [c / total for _, c in top],
-                [int(Source.FREQUENCY)] * len(top),
-            )
-        return self._fallback
+    def _suffix_path(self) -> tuple[np.ndarray, int]:
+        """The suffix-matched continuation (cut at a blocked token) and its match length."""
+        length, end = self.suffix.longest_repeat()
+        if length == 0 or not self.config.suffix_tokens:
+            return self._empty, 0
+        path = self.suffix.text[end + 1 : end + 1 + self.config.suffix_tokens]
+        for i, token in enumerate(path):
+            if token in self.blocked:
+                path = path[:i]
+                break
+        return np.asarray(path, dtype=np.int64), length
 
     def propose(self, history: Sequence[int]) -> DraftTree:
         cfg = self.config
-        self._root_context = tuple(history[-3:])
-        lists = build_tree(
-            self._root_context,
-            self.candidates,
-            budget=self.node_budget,
-            max_depth=cfg.max_depth,
-            max_width=cfg.max_width,
-            hit_mass=cfg.hit_mass,
-            blocked=self.blocked,
-        )
-        if cfg.suffix_tokens:
-            path = self.suffix.continuation(cfg.suffix_tokens)
-            for i, token in enumerate(path):
-                if token in self.blocked:
-                    path = path[:i]
-                    break
-            lists.graft(path)
-        return lists.freeze()
+        context = self._root_context
+        context[:] = -1
+        tail = history[-3:]
+        context[3 - len(tail) :] = tail
+        suffix, suffix_length = self._suffix_path()
+        fallback_tokens, fallback_q = self.frequent.arrays() if cfg.frequency_fallback else (self._empty, self._empty)
+        cell_probs = self.memory.calibration.probabilities()
+        with self.memory.lock:
+            tokens, parents, _, sources, _, probs, cells = drafting.build_tree(
+                context, self.memory.arrays, self.context[2].arrays, self.context[3].arrays, self._use,
+                self._fusion, self._specificity, fallback_tokens, fallback_q, cfg.node_budget, cfg.max_depth,
+                cfg.max_width, self._calibrated, self._hit_masses, cell_probs, self._blocked_mask,
+                suffix if self._calibrated else self._empty, suffix_length,
+            )  # fmt: skip
+        keep = len(tokens)
+        if self.cost is not None:
+            keep = self.cost.choose(np.cumsum(probs))
+        if self._calibrated or not len(suffix):
+            graft, graft_cells = self._empty, self._empty
+        else:
+            graft = suffix
+            graft_cells = np.asarray(
+                [cell_index(int(Source.SUFFIX), depth, suffix_length) for depth in range(1, len(suffix) + 1)]
+            )
+        graft_probs = cell_probs[graft_cells]
+        tree = drafting.layout(tokens, parents, sources, probs, cells, keep, graft, graft_probs, graft_cells)
+        self._cells = tree[5]
+        return DraftTree(tokens=tree[0], parents=tree[1], depths=tree[2], sources=tree[3], probs=tree[4])
 
     # -- learning ----------------------------------------------------------------------
     def observe(self, tree: DraftTree, topk: TopK, acceptance: Acceptance, committed: Sequence[int]) -> None:
-        if self.config.write_scope == "committed":
-            nodes = np.asarray(acceptance.path, dtype=np.int64)
-        else:
-            nodes = np.arange(len(tree), dtype=np.int64)
-        tokens = tree.tokens
-        if 1 in self._use:
-            self.memory.write(tokens[nodes], topk, rows=nodes)
-        if self._use & {2, 3}:
-            self._write_context(tree, topk, nodes)
-        self.suffix.extend(collapse_runs(committed, self.blocked))
-        self._counts.update(t for t in committed if t not in self.blocked)
-        self._fallback = None
-
-    def _write_context(self, tree: DraftTree, topk: TopK, nodes: np.ndarray) -> None:
-        """Write each node's row under its last 2 and 3 tokens along its own path."""
-        tokens, parents = tree.tokens, tree.parents
-        ctx = self._root_context
-        prev1 = np.empty_like(tokens)
-        prev2 = np.empty_like(tokens)
-        prev1[0] = ctx[-2] if len(ctx) >= 2 else -1
-        prev2[0] = ctx[-3] if len(ctx) >= 3 else -1
-        prev1[1:] = tokens[parents[1:]]
-        prev2[1:] = prev1[parents[1:]]
-        rows = list(zip(topk.ids[nodes].tolist(), topk.probs[nodes].tolist(), topk.concentration[nodes].tolist()))
-        t0, t1, t2 = tokens[nodes], prev1[nodes], prev2[nodes]
-        invalid1 = t1 < 0
-        if self.blocked:
-            blocked = np.fromiter(self.blocked, dtype=np.int64)
-            invalid1 |= np.isin(t1, blocked) | np.isin(t0, blocked)
-            invalid2 = invalid1 | (t2 < 0) | np.isin(t2, blocked)
-        else:
-            invalid2 = invalid1 | (t2 < 0)
-        for order, invalid, key_columns in ((2, invalid1, (t1, t0)), (3, invalid2, (t2, t1, t0))):
-            if order not in self._use:
-                continue
-            keys = list(zip(*(column.tolist() for column in key_columns)))
-            kept = rows
-            if invalid.any():
-                valid = np.nonzero(~invalid)[0].tolist()
-                keys = [keys[j] for j in valid]
-                kept = [rows[j] for j in valid]
-            self.context[order].write_many(keys, kept)
+        path = np.asarray(acceptance.path, dtype=np.int64)
+        nodes = path if self.config.write_scope == "committed" else np.arange(len(tree), dtype=np.int64)
+        if self._use[1]:
+            self.memory.write(tree.tokens[nodes], topk, rows=nodes)
+        if self._use[2] or self._use[3]:
+            keys2, keys3 = tables.node_context_keys(
+                tree.tokens, tree.parents, nodes, self._root_context[:2], self._blocked_mask
+            )
+            for order, keys in ((2, keys2), (3, keys3)):
+                if self._use[order]:
+                    self.context[order].write_packed(keys, nodes, topk)
+        if len(tree) > 1 and len(self._cells) == len(tree):
+            # candidates verified with their parent accepted: accepted or not, by cell
+            accepted = np.zeros(len(tree), dtype=bool)
+            accepted[path] = True
+            offered = accepted[tree.parents[1:]]
+            self.memory.calibration.update(self._cells[1:][offered], accepted[1:][offered])
+        text = collapse_runs(committed, self.blocked)
+        self.suffix.extend(text)
+        self.frequent.add([t for t in text if t not in self.blocked])

@@ -1,0 +1,128 @@
+"""Calibrated draft scores: how often a drafted token is accepted, learned as decoding goes.
+
+A memory row's fused probability q is not the chance that the target's argmax is that token:
+a 1-token row at q = 0.97 was accepted 63% of the time on the embedded Qwen model, a 3-token
+row at the same q 92%. So each candidate falls into a cell, (where it came from, its depth,
+a bin of q), and the cell's score is the observed acceptance rate of candidates in that cell
+whose parent was accepted: P(accepted | parent accepted). The product of those along a path
+estimates the chance the whole path is accepted, so the sum over a tree's nodes estimates the
+tokens a step commits: best-first search on these scores maximises that estimate for every
+node budget, and the budget can be chosen from it (``recap.cost``).
+
+Sources: the 1-, 2- and 3-token memories (by the most specific row holding the token), the
+frequency fallback (bins of q), and the suffix continuation (bins of the suffix match length).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from .kernels import njit
+from .tree import Source
+
+N_SOURCES = 5  # order 1, order 2, order 3, frequency fallback, suffix
+N_DEPTHS = 3  # depth 1, 2, >= 3
+N_BINS = 16
+N_CELLS = N_SOURCES * N_DEPTHS * N_BINS
+# lower edges of the q bins (the last bin is [0.99, 1])
+Q_EDGES = np.array([0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99])
+_Q_MIDPOINTS = np.append((Q_EDGES[1:] + Q_EDGES[:-1]) / 2, 0.995)
+PRIOR_WEIGHT = 4.0  # pseudo-observations of the prior in each cell
+MAX_WEIGHT = 4096.0  # a cell's counts are halved past this, so old evidence fades
+
+
+@njit
+def cell_index(source: int, depth: int, value: float) -> int:
+    """The cell of a candidate: ``source`` a ``Source`` value (ORDER1/2/3, FREQUENCY, SUFFIX),
+    ``depth`` >= 1 the depth it would take, ``value`` its fused q (or, for SUFFIX, the
+    length of the suffix match). -1 for a source that is not calibrated."""
+    if source == 1:
+        s = 0
+    elif source == 2:
+        s = 1
+    elif source == 3:
+        s = 2
+    elif source == 7:
+        s = 3
+    elif source == 4:
+        s = 4
+    else:
+        return -1
+    d = min(depth, 3) - 1
+    if s == 4:
+        b = min(max(int(value), 1), 16) - 1
+    else:
+        b = 15
+        while b > 0 and value < Q_EDGES[b]:
+            b -= 1
+    return (s * 3 + d) * 16 + b
+
+
+def prior() -> np.ndarray:
+    """[N_CELLS] prior acceptance rates: a share of q for the memories (more of it for longer
+    keys), a little more for each token of suffix match. Observations soon outweigh them."""
+    p = np.empty((N_SOURCES, N_DEPTHS, N_BINS))
+    for s, share in enumerate((0.6, 0.75, 0.85, 0.3)):
+        p[s] = share * _Q_MIDPOINTS
+    p[4] = np.minimum(0.8, 0.04 * np.arange(1, N_BINS + 1))[None, :]
+    return p.reshape(-1)
+
+
+class Calibration:
+    """Acceptance counts per cell (thread-safe); shared by the requests on one memory."""
+
+    def __init__(self) -> None:
+        self.prior = prior()
+        self.trials = np.zeros(N_CELLS)
+        self.accepted = np.zeros(N_CELLS)
+        self.lock = threading.Lock()
+        self._probs = self.prior.copy()
+
+    @property
+    def observations(self) -> int:
+        return int(self.trials.sum())
+
+    def probabilities(self) -> np.ndarray:
+        """[N_CELLS] float64: the estimated P(accepted | parent accepted) of each cell."""
+        return self._probs
+
+    def counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """Copies of (trials, accepted) [N_CELLS], taken under the lock."""
+        with self.lock:
+            return self.trials.copy(), self.accepted.copy()
+
+    def set_counts(self, trials: np.ndarray, accepted: np.ndarray) -> None:
+        """Replace the counts (a loaded memory's); 0 <= accepted <= trials."""
+        trials, accepted = np.asarray(trials, dtype=np.float64), np.asarray(accepted, dtype=np.float64)
+        if trials.shape != (N_CELLS,) or accepted.shape != (N_CELLS,) or (accepted > trials).any():
+            raise ValueError(f"calibration counts must be two [{N_CELLS}] arrays with 0 <= accepted <= trials")
+        with self.lock:
+            self.trials[:], self.accepted[:] = trials, accepted
+            self._refresh()
+
+    def _refresh(self) -> None:
+        self._probs = (self.accepted + PRIOR_WEIGHT * self.prior) / (self.trials + PRIOR_WEIGHT)
+
+    def update(self, cells: np.ndarray, accepted: np.ndarray) -> None:
+        """Count candidates that were verified with their parent accepted: ``cells`` [M] int
+        (-1 ignored) and whether each was accepted [M] bool."""
+        keep = cells >= 0
+        cells, accepted = cells[keep], accepted[keep]
+        if cells.size == 0:
+            return
+        with self.lock:
+            np.add.at(self.trials, cells, 1.0)
+            np.add.at(self.accepted, cells, accepted.astype(np.float64))
+            full = self.trials > MAX_WEIGHT
+            if full.any():
+                self.trials[full] *= 0.5
+                self.accepted[full] *= 0.5
+            self._refresh()
+
+    def table(self) -> dict[str, list[float]]:
+        """Per source: the estimated acceptance rate of each bin at depth 1 (for reports)."""
+        probs = self._probs.reshape(N_SOURCES, N_DEPTHS, N_BINS)
+        names = (Source.ORDER1, Source.ORDER2, Source.ORDER3, Source.FREQUENCY, Source.SUFFIX)
+        return {source.name.lower(): [round(float(v), 3) for v in probs[i, 0]] for i, source in enumerate(names)}

@@ -1,0 +1,202 @@
+"""Memory tables: open-addressing hash tables for the 2-/3-token keys, and row writes.
+
+A contextual key of up to three tokens is packed into one int64 (21 bits a token, so token
+ids up to 2**21 - 1), hashed with splitmix64 and probed linearly. A table is four arrays:
+``keys`` [cap] int64 (``EMPTY`` where free), ``ids`` [cap, k] int32, ``probs`` [cap, k]
+float32, ``kappa`` [cap] float32; ``cap`` is a power of two and the owner grows the table
+before it gets half full, so a probe always ends. Reference: ``recap.memory.ContextMemory``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import njit
+
+TOKEN_BITS = 21
+MAX_TOKEN = (1 << TOKEN_BITS) - 1
+EMPTY = -1
+
+
+@njit
+def pack_key(a: int, b: int, c: int) -> int:
+    """The int64 of key (a, b, c), or of the 2-token key (b, c) when a < 0; EMPTY if b or c is
+    invalid. 2- and 3-token keys live in separate tables, so they need not differ."""
+    if b < 0 or c < 0 or b > MAX_TOKEN or c > MAX_TOKEN or a > MAX_TOKEN:
+        return EMPTY
+    if a < 0:
+        return (b << TOKEN_BITS) | c
+    return (((a << TOKEN_BITS) | b) << TOKEN_BITS) | c
+
+
+@njit
+def _home(key: int, mask: int) -> int:
+    z = np.uint64(key) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return np.int64(z & np.uint64(mask))
+
+
+@njit
+def find(keys: np.ndarray, key: int) -> int:
+    """Slot holding ``key``, or -1."""
+    if key < 0:
+        return -1
+    mask = keys.shape[0] - 1
+    slot = _home(key, mask)
+    while True:
+        held = keys[slot]
+        if held == key:
+            return slot
+        if held == EMPTY:
+            return -1
+        slot = (slot + 1) & mask
+
+
+@njit
+def _claim(keys: np.ndarray, key: int) -> tuple[int, bool]:
+    """(slot of ``key``, whether it was free and is now taken)."""
+    mask = keys.shape[0] - 1
+    slot = _home(key, mask)
+    while True:
+        held = keys[slot]
+        if held == key:
+            return slot, False
+        if held == EMPTY:
+            keys[slot] = key
+            return slot, True
+        slot = (slot + 1) & mask
+
+
+@njit
+def write_context_rows(
+    keys: np.ndarray,  # [cap] int64
+    ids: np.ndarray,  # [cap, k] int32
+    probs: np.ndarray,  # [cap, k] float32
+    kappa: np.ndarray,  # [cap] float32
+    new_keys: np.ndarray,  # [M] int64, EMPTY to skip
+    rows: np.ndarray,  # [M] int64, row of the top-k arrays written under each key
+    top_ids: np.ndarray,  # [N, k'] int64
+    top_probs: np.ndarray,  # [N, k'] float32
+    top_kappa: np.ndarray,  # [N] float32
+) -> int:
+    """Write top-k rows under packed keys; within one call the first occurrence of a key wins
+    (written last). Returns how many keys were new."""
+    width = min(ids.shape[1], top_ids.shape[1])
+    added = 0
+    for j in range(new_keys.shape[0] - 1, -1, -1):
+        key = new_keys[j]
+        if key < 0:
+            continue
+        slot, new = _claim(keys, key)
+        added += new
+        row = rows[j]
+        for c in range(width):
+            ids[slot, c] = top_ids[row, c]
+            probs[slot, c] = top_probs[row, c]
+        for c in range(width, ids.shape[1]):
+            ids[slot, c] = 0
+            probs[slot, c] = 0.0
+        kappa[slot] = top_kappa[row]
+    return added
+
+
+@njit
+def rehash(
+    old_keys: np.ndarray,
+    old_ids: np.ndarray,
+    old_probs: np.ndarray,
+    old_kappa: np.ndarray,
+    keys: np.ndarray,
+    ids: np.ndarray,
+    probs: np.ndarray,
+    kappa: np.ndarray,
+) -> None:
+    """Move every entry of the old arrays into the new (larger, empty) ones."""
+    for old in range(old_keys.shape[0]):
+        key = old_keys[old]
+        if key == EMPTY:
+            continue
+        slot, _ = _claim(keys, key)
+        ids[slot] = old_ids[old]
+        probs[slot] = old_probs[old]
+        kappa[slot] = old_kappa[old]
+
+
+@njit
+def write_token_rows(
+    mem_ids: np.ndarray,  # [vocab, k] int32
+    mem_probs: np.ndarray,  # [vocab, k] float32
+    mem_kappa: np.ndarray,  # [vocab] float32
+    mem_filled: np.ndarray,  # [vocab] bool
+    new_keys: np.ndarray,  # [M] int64
+    rows: np.ndarray,  # [M] int64
+    top_ids: np.ndarray,  # [N, k'] int64
+    top_probs: np.ndarray,  # [N, k'] float32
+    top_kappa: np.ndarray,  # [N] float32
+) -> None:
+    """The dense token memory's write: row ``rows[j]`` under token ``new_keys[j]``; keys
+    outside the vocabulary are skipped; the first occurrence of a key in a call wins."""
+    vocab, k = mem_ids.shape
+    width = min(k, top_ids.shape[1])
+    for j in range(new_keys.shape[0] - 1, -1, -1):
+        key = new_keys[j]
+        if key < 0 or key >= vocab:
+            continue
+        row = rows[j]
+        for c in range(width):
+            mem_ids[key, c] = top_ids[row, c]
+            mem_probs[key, c] = top_probs[row, c]
+        for c in range(width, k):
+            mem_ids[key, c] = 0
+            mem_probs[key, c] = 0.0
+        mem_kappa[key] = top_kappa[row]
+        mem_filled[key] = True
+
+
+@njit
+def node_context_keys(
+    tokens: np.ndarray,  # [N] int64, tree tokens
+    parents: np.ndarray,  # [N] int64
+    nodes: np.ndarray,  # [M] int64, the nodes that write
+    before_root: np.ndarray,  # [2] int64: the two tokens before the root (-1 where none)
+    blocked: np.ndarray,  # [vocab] bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Packed 2- and 3-token keys of each writing node along its own path ([M] int64 each,
+    EMPTY where the key would hold a blocked or missing token)."""
+    n = tokens.shape[0]
+    prev1 = np.empty(n, np.int64)
+    prev2 = np.empty(n, np.int64)
+    prev1[0] = before_root[1]
+    prev2[0] = before_root[0]
+    for i in range(1, n):
+        p = parents[i]
+        prev1[i] = tokens[p]
+        prev2[i] = prev1[p]
+    vocab = blocked.shape[0]
+    keys2 = np.full(nodes.shape[0], EMPTY, np.int64)
+    keys3 = np.full(nodes.shape[0], EMPTY, np.int64)
+    for j in range(nodes.shape[0]):
+        i = nodes[j]
+        t0, t1, t2 = tokens[i], prev1[i], prev2[i]
+        if t1 < 0 or (t0 < vocab and blocked[t0]) or (t1 < vocab and blocked[t1]):
+            continue
+        keys2[j] = pack_key(-1, t1, t0)
+        if t2 < 0 or (t2 < vocab and blocked[t2]):
+            continue
+        keys3[j] = pack_key(t2, t1, t0)
+    return keys2, keys3
+
+
+def warm_up() -> None:
+    keys = np.full(8, EMPTY, np.int64)
+    ids, probs, kappa = np.zeros((8, 2), np.int32), np.zeros((8, 2), np.float32), np.zeros(8, np.float32)
+    top_ids, top_probs, top_kappa = np.zeros((1, 2), np.int64), np.zeros((1, 2), np.float32), np.zeros(1, np.float32)
+    one = np.zeros(1, np.int64)
+    write_context_rows(keys, ids, probs, kappa, one + pack_key(-1, 1, 2), one, top_ids, top_probs, top_kappa)
+    find(keys, pack_key(1, 2, 3))
+    rehash(keys, ids, probs, kappa, np.full(16, EMPTY, np.int64), np.zeros((16, 2), np.int32),
+           np.zeros((16, 2), np.float32), np.zeros(16, np.float32))  # fmt: skip
+    write_token_rows(ids, probs, kappa, np.zeros(8, np.bool_), one, one, top_ids, top_probs, top_kappa)
+    node_context_keys(np.zeros(2, np.int64), np.array([-1, 0]), np.arange(2), np.full(2, -1), np.zeros(8, np.bool_))

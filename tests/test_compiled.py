@@ -1,0 +1,231 @@
+"""The compiled hot path (recap.kernels) against its pure-Python references, on many random cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from recap import TokenMemory, TopK
+from recap.calibration import N_CELLS, Calibration, cell_index
+from recap.fusion import fuse_rows, lookup_rows
+from recap.kernels import drafting, tables
+from recap.memory import ContextMemory, ContextTable
+from recap.tree_builder import Scoring, build_tree, layout
+
+K = 4
+
+
+def random_topk(rng: np.random.Generator, n: int, vocab: int, k: int = K) -> TopK:
+    ids = np.stack([rng.choice(vocab, size=k, replace=False) for _ in range(n)])
+    raw = np.sort(rng.dirichlet(np.full(k, 0.5), size=n), axis=1)[:, ::-1] * rng.uniform(0.3, 1.0, (n, 1))
+    return TopK(ids, raw.astype(np.float32))
+
+
+def rows_of(topk: TopK) -> list[tuple[list[int], list[float], float]]:
+    return list(zip(topk.ids.tolist(), topk.probs.tolist(), topk.concentration.tolist()))
+
+
+def test_context_table_reads_and_writes_like_the_dict_memory() -> None:
+    rng = np.random.default_rng(0)
+    for order in (2, 3):
+        table, reference = ContextTable(order, K, capacity=16), ContextMemory(order)
+        for _ in range(60):  # batches with repeated keys; grows past its first capacity
+            m = int(rng.integers(1, 30))
+            keys = [tuple(int(t) for t in rng.integers(0, 12, size=order)) for _ in range(m)]
+            topk = random_topk(rng, m, 50)
+            table.write_many(keys, rows_of(topk))
+            reference.write_many(keys, rows_of(topk))
+            assert len(table) == len(reference)
+            for _ in range(20):
+                key = tuple(int(t) for t in rng.integers(0, 13, size=order))
+                got, want = table.get(key), reference.get(key)
+                assert (got is None) == (want is None)
+                if got is not None:
+                    assert got[0] == want[0] and got[1] == pytest.approx(want[1]) and got[2] == pytest.approx(want[2])
+        table.clear()
+        assert len(table) == 0 and table.get(keys[0]) is None
+
+
+def test_packed_keys_are_distinct_up_to_the_largest_token() -> None:
+    big = tables.MAX_TOKEN
+    keys = {tables.pack_key(a, b, c) for a in (0, 1, big) for b in (0, 1, big) for c in (0, 1, big)}
+    assert len(keys) == 27 and min(keys) >= 0
+    assert tables.pack_key(-1, big, big) >= 0 and tables.pack_key(-1, -1, 3) == tables.EMPTY
+
+
+def test_token_memory_write_keeps_first_occurrence_in_a_batch() -> None:
+    rng = np.random.default_rng(1)
+    memory = TokenMemory(40, k=K)
+    reference: dict[int, list[int]] = {}
+    for _ in range(100):
+        n = int(rng.integers(1, 20))
+        keys = rng.integers(-2, 42, size=n)
+        topk = random_topk(rng, n, 40)
+        memory.write(keys, topk)
+        seen = set()
+        for j, key in enumerate(keys.tolist()):
+            if 0 <= key < 40 and key not in seen:
+                seen.add(key)
+                reference[key] = topk.ids[j].tolist()
+    assert {t: memory.row(t)[0] for t in range(40) if memory.row(t)} == reference
+
+
+def test_node_context_keys_follow_each_nodes_own_path() -> None:
+    rng = np.random.default_rng(2)
+    blocked = np.zeros(30, bool)
+    blocked[[7, 8]] = True
+    for _ in range(100):
+        n = int(rng.integers(1, 25))
+        tokens = rng.integers(0, 30, size=n)
+        parents = np.asarray([-1] + [int(rng.integers(0, i)) for i in range(1, n)])
+        before = rng.integers(-1, 30, size=2)
+        nodes = np.arange(n)
+        keys2, keys3 = tables.node_context_keys(tokens, parents, nodes, before, blocked)
+        for i in range(n):
+            path = [int(before[0]), int(before[1])]
+            node, up = i, []
+            while node >= 0:
+                up.append(int(tokens[node]))
+                node = parents[node]
+            path += up[::-1]
+            last3 = path[-3:]
+            ok2 = last3[1] >= 0 and not blocked[last3[1]] and not blocked[last3[2]]
+            ok3 = ok2 and last3[0] >= 0 and not blocked[last3[0]]
+            assert keys2[i] == (tables.pack_key(-1, last3[1], last3[2]) if ok2 else tables.EMPTY)
+            assert keys3[i] == (tables.pack_key(*last3) if ok3 else tables.EMPTY)
+
+
+class Memories:
+    """The same random memories as dicts (reference) and as compiled tables."""
+
+    def __init__(self, rng: np.random.Generator, vocab: int, fill: float) -> None:
+        self.token = TokenMemory(vocab, k=K)
+        self.dicts = {2: ContextMemory(2), 3: ContextMemory(3)}
+        self.tables = {2: ContextTable(2, K), 3: ContextTable(3, K)}
+        known = np.nonzero(rng.random(vocab) < fill)[0]
+        self.token.write(known, random_topk(rng, len(known), vocab))
+        for order in (2, 3):
+            m = int(fill * vocab * 3)
+            keys = [tuple(int(t) for t in rng.integers(0, vocab, size=order)) for _ in range(m)]
+            rows = rows_of(random_topk(rng, m, vocab))
+            self.dicts[order].write_many(keys, rows)
+            self.tables[order].write_many(keys, rows)
+
+    def reference_candidates(self, orders, mode, specificity, fallback):
+        def candidates(context):
+            rows = lookup_rows(context, self.token, self.dicts[2], self.dicts[3], orders)
+            if not rows:
+                return [t for t, _ in fallback], [q for _, q in fallback], [7] * len(fallback)
+            return fuse_rows(rows, mode, specificity)
+
+        return candidates
+
+
+def random_setting(rng: np.random.Generator, vocab: int) -> dict:
+    orders = [o for o in (1, 2, 3) if rng.random() < 0.8] or [1]
+    fallback = [(int(t), float(q)) for t, q in zip(rng.choice(vocab, 3, replace=False), (0.5, 0.3, 0.2))]
+    return dict(
+        orders=orders,
+        mode=str(rng.choice(["entropy", "fixed", "strict"])),
+        specificity=tuple(float(x) for x in rng.uniform(0.5, 4, 3)),
+        fallback=fallback if rng.random() < 0.7 else [],
+    )
+
+
+def compiled_args(setting: dict) -> tuple:
+    use = np.asarray([False, *(o in setting["orders"] for o in (1, 2, 3))])
+    fallback = setting["fallback"]
+    return (
+        use,
+        drafting.FUSION_CODES[setting["mode"]],
+        np.asarray(setting["specificity"]),
+        np.asarray([t for t, _ in fallback], dtype=np.int64),
+        np.asarray([q for _, q in fallback], dtype=np.float64),
+    )
+
+
+def test_fusion_equals_the_reference() -> None:
+    rng = np.random.default_rng(3)
+    size = 3 * K + 1
+    out = np.empty(size, np.int64), np.empty(size, np.float64), np.empty(size, np.int64)
+    for trial in range(40):
+        vocab = int(rng.integers(5, 40))
+        memories = Memories(rng, vocab, float(rng.uniform(0.1, 0.9)))
+        setting = random_setting(rng, vocab)
+        reference = memories.reference_candidates(
+            setting["orders"], setting["mode"], setting["specificity"], setting["fallback"]
+        )
+        args = compiled_args(setting)
+        for _ in range(30):
+            context = tuple(int(t) for t in rng.integers(0, vocab, size=3))
+            a, b = (context[0], context[1]) if rng.random() < 0.8 else (-1, context[1] if rng.random() < 0.5 else -1)
+            short = context[3 - (1 + (b >= 0) + (a >= 0)) :]
+            n = drafting.fuse_context(
+                a, b, context[2], memories.token.arrays, memories.tables[2].arrays, memories.tables[3].arrays,
+                *args, *out,
+            )  # fmt: skip
+            tokens, q, sources = reference(short)
+            assert out[0][:n].tolist() == tokens, trial
+            assert out[1][:n].tolist() == q, trial  # the same float64 arithmetic
+            assert out[2][:n].tolist() == sources, trial
+
+
+@pytest.mark.parametrize("calibrated", [True, False])
+def test_best_first_tree_and_layout_equal_the_reference(calibrated: bool) -> None:
+    rng = np.random.default_rng(4 + calibrated)
+    for trial in range(60):
+        vocab = int(rng.integers(6, 40))
+        memories = Memories(rng, vocab, float(rng.uniform(0.2, 1.0)))
+        setting = random_setting(rng, vocab)
+        budget, max_depth, width = int(rng.integers(0, 70)), int(rng.integers(1, 11)), int(rng.integers(1, K + 1))
+        masses = np.sort(rng.uniform(0.2, 1.0, max_depth))[::-1].copy()
+        cell_probs = rng.uniform(0.01, 0.99, N_CELLS)
+        blocked = np.zeros(vocab, bool)
+        blocked[rng.choice(vocab, size=2, replace=False)] = True
+        suffix = rng.integers(0, vocab, size=int(rng.integers(0, 5)))
+        suffix_length = int(rng.integers(1, 20))
+        root_context = [int(t) for t in rng.integers(0, vocab, size=int(rng.integers(1, 4)))]
+        candidates = memories.reference_candidates(
+            setting["orders"], setting["mode"], setting["specificity"], setting["fallback"]
+        )
+        reference = build_tree(
+            tuple(root_context),
+            candidates,
+            budget=budget, max_depth=max_depth, max_width=width, scoring=Scoring(calibrated, masses, cell_probs),
+            blocked=set(np.nonzero(blocked)[0].tolist()), suffix=suffix.tolist(), suffix_length=suffix_length,
+        )  # fmt: skip
+        padded = np.asarray([-1] * (3 - len(root_context)) + root_context, dtype=np.int64)
+        built = drafting.build_tree(
+            padded, memories.token.arrays, memories.tables[2].arrays, memories.tables[3].arrays,
+            *compiled_args(setting), budget, max_depth, width, calibrated, masses, cell_probs, blocked,
+            suffix.astype(np.int64), suffix_length,
+        )  # fmt: skip
+        tokens, parents, depths, sources, scores, probs, cells = built
+        assert tokens.tolist() == reference.tokens, trial
+        assert parents.tolist() == reference.parents and depths.tolist() == reference.depths
+        assert sources.tolist() == reference.sources and cells.tolist() == reference.cells
+        assert scores.tolist() == reference.scores and probs.tolist() == reference.probs
+        for keep in {1, len(tokens), int(rng.integers(1, len(tokens) + 1))}:
+            graft = rng.integers(0, vocab, size=int(rng.integers(0, 4)))
+            graft_probs, graft_cells = rng.uniform(0, 1, len(graft)), rng.integers(0, N_CELLS, len(graft))
+            want, want_cells = layout(reference, keep, graft.tolist(), graft_probs.tolist(), graft_cells.tolist())
+            got = drafting.layout(tokens, parents, sources, probs, cells, keep, graft, graft_probs, graft_cells)
+            assert got[0].tolist() == want.tokens.tolist() and got[1].tolist() == want.parents.tolist(), trial
+            assert got[2].tolist() == want.depths.tolist() and got[3].tolist() == want.sources.tolist()
+            assert got[4].tolist() == want.probs.tolist() and got[5].tolist() == want_cells.tolist()
+
+
+def test_calibration_learns_acceptance_rates_per_cell() -> None:
+    calibration = Calibration()
+    cell = cell_index(3, 1, 0.97)
+    other = cell_index(1, 2, 0.97)
+    assert cell != other and 0 <= min(cell, other) and max(cell, other) < N_CELLS
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        calibration.update(np.asarray([cell] * 20 + [other] * 20 + [-1]), np.asarray(
+            (rng.random(20) < 0.9).tolist() + (rng.random(20) < 0.3).tolist() + [True]))  # fmt: skip
+    probs = calibration.probabilities()
+    assert probs[cell] == pytest.approx(0.9, abs=0.05) and probs[other] == pytest.approx(0.3, abs=0.05)
+    assert calibration.observations == 2000
+    assert cell_index(5, 1, 0.5) == -1  # the template is not calibrated
+    assert cell_index(4, 1, 3) != cell_index(4, 1, 4) and cell_index(4, 9, 40) == cell_index(4, 3, 16)

@@ -1,0 +1,99 @@
+"""Choosing the tree size: step costs learned per size, expected tokens from the drafter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from recap.cost import StepCost, ladder
+
+# milliseconds per step measured for tiny-qwen2.5-vl on this project's 2-core CPU (verify +
+# accept + commit, 2 threads), and a GPU-like curve where a 128-node forward costs about a 1-node one
+CPU_CURVE = {1: 3.36, 2: 3.78, 3: 4.08, 4: 4.07, 6: 4.83, 8: 5.17, 12: 5.72, 16: 6.11, 24: 6.87, 32: 7.89,
+             48: 10.0, 64: 11.33, 96: 14.89, 128: 18.5}  # fmt: skip
+
+
+def gpu_curve(nodes: int) -> float:
+    return 20.0 + 0.01 * nodes
+
+
+def cpu_curve(nodes: int) -> float:
+    xs = sorted(CPU_CURVE)
+    return float(np.interp(nodes, xs, [CPU_CURVE[x] for x in xs]))
+
+
+def expected_tokens(n: int) -> np.ndarray:
+    """A drafter's typical estimate: node probabilities falling off with rank."""
+    probs = np.concatenate([[1.0], 0.7 * 0.93 ** np.arange(n - 1)])
+    return np.cumsum(probs)
+
+
+def run(cost: StepCost, curve, steps: int, rng: np.random.Generator, noise: float = 0.0) -> list[int]:
+    chosen = []
+    for _ in range(steps):
+        expected = expected_tokens(cost.sizes[-1])
+        size = cost.choose(expected)
+        chosen.append(size)
+        seconds = curve(size) * (1 + noise * rng.standard_normal())
+        if rng.random() < noise:  # now and then a stall (a busy core, a garbage collection)
+            seconds *= 20
+        cost.record(size, seconds / 1000)
+    return chosen
+
+
+def best_size(curve, sizes: list[int]) -> int:
+    expected = expected_tokens(sizes[-1])
+    return max(sizes, key=lambda s: (expected[s - 1] / curve(s), s))
+
+
+def test_ladder() -> None:
+    assert ladder(64) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
+    assert ladder(20) == [1, 2, 3, 4, 6, 8, 12, 16, 20] and ladder(1) == [1]
+
+
+def test_a_gpu_like_cost_curve_gets_the_largest_trees() -> None:
+    rng = np.random.default_rng(0)
+    for max_nodes in (64, 128):
+        cost = StepCost(max_nodes)
+        chosen = run(cost, gpu_curve, 400, rng, noise=0.02)
+        settled = chosen[100:]
+        assert np.median(settled) == max_nodes and np.mean(np.asarray(settled) >= 63) > 0.75
+
+
+def test_the_measured_cpu_curve_gets_its_fastest_size() -> None:
+    rng = np.random.default_rng(1)
+    cost = StepCost(64)
+    best = best_size(cpu_curve, cost.sizes)
+    assert 4 <= best <= 24  # small trees on this CPU: the curve rises steeply
+    chosen = run(cost, cpu_curve, 600, rng, noise=0.1)
+    settled = chosen[100:]
+    expected = expected_tokens(64)
+    rate = {s: expected[s - 1] / cpu_curve(s) for s in cost.sizes}
+    near_best = {s for s in cost.sizes if rate[s] >= 0.97 * rate[best]}
+    assert max(set(settled), key=settled.count) in near_best
+    # tokens per second achieved, exploration and sweeps included, against always the best size
+    assert np.mean([rate[s] for s in settled]) > 0.93 * rate[best]
+
+
+def test_costs_are_medians_made_non_decreasing_and_interpolated() -> None:
+    cost = StepCost(64, explore_every=0, sweep_every=0)
+    assert cost.costs().tolist() == [1.0] * len(cost.sizes)  # nothing measured: verification looks free
+    for seconds in (0.004, 0.004, 0.100):  # a stray slow step does not move the median
+        cost.record(4, seconds)
+    for seconds in (0.003, 0.003):  # smaller than size 4's: pooled with it
+        cost.record(16, seconds)
+    cost.record(64, 0.010)
+    costs = dict(zip(cost.sizes, cost.costs()))
+    assert costs[4] == pytest.approx(costs[16]) and costs[4] == pytest.approx((0.004 * 3 + 0.003 * 2) / 5)
+    assert costs[1] == costs[4]  # flat below the smallest measured size
+    assert costs[32] == pytest.approx(costs[16] + (0.010 - costs[16]) * 16 / 48)
+    assert list(costs.values()) == sorted(costs.values())
+    cost.record(70, 0.5)  # larger than the ladder: counted with the largest size
+    assert cost.measured()[64] == pytest.approx(0.5 / 2 + 0.010 / 2)
+
+
+def test_choose_stays_within_the_tree_built() -> None:
+    cost = StepCost(64)
+    for _ in range(50):
+        assert cost.choose(np.cumsum(np.ones(10))) <= 10
+        assert cost.choose(np.ones(1)) == 1
