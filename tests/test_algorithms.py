@@ -79,6 +79,7 @@ def test_ancestor_mask_matches_paths() -> None:
     for _ in range(50):
         tree = random_tree(rng, int(rng.integers(1, 40)), vocab=50)
         mask = tree.ancestor_mask()
+        assert np.array_equal(mask, tree.ancestor_mask_reference())
         for i in range(len(tree)):
             assert set(np.nonzero(mask[i])[0].tolist()) == set(tree.path(i))
 

@@ -13,7 +13,7 @@ import pytest
 import tiny_models
 from PIL import Image
 
-from recap import InputError
+from recap import InputError, RecapConfig
 from recap.bench import aggregate, jsonl_requests, markdown, parse_methods, run_bench, suite_requests, summarize, write
 from recap.bench.methods import ALL_METHODS, REFERENCE
 from recap.suite import FAMILIES
@@ -213,10 +213,22 @@ def test_parse_methods_adds_reference() -> None:
     assert [s.name for s in parse_methods("ar,recap")] == [REFERENCE, "ar", "recap"]
     assert [s.name for s in parse_methods("recap,generate")] == ["recap", "generate"]
     assert [s.name for s in parse_methods(",".join(ALL_METHODS))] == list(ALL_METHODS)
-    variant = parse_methods("recap[adaptive-budget]")[1]
-    assert variant.kind == "recap" and variant.config.adaptive_budget
-    with pytest.raises(ValueError, match="unknown method 'fast'.*recap\\[budget=31\\]"):
+    variant = parse_methods("recap[paper,budget=31]")[1]
+    assert variant.kind == "recap" and variant.name == "recap[paper,budget=31]"
+    assert variant.config == RecapConfig.paper(node_budget=31)
+    names = [s.name for s in parse_methods("recap[orders=1,2],recap[budget=15,adaptive],ar")]
+    assert names == [REFERENCE, "recap[orders=1,2]", "recap[budget=15,adaptive]", "ar"]
+    specs = parse_methods("recap[orders=1,2],recap[budget=15,adaptive],recap[fusion=strict,no-suffix]")
+    assert specs[1].config.key_orders == (1, 2) and specs[1].config.adaptive_budget
+    assert specs[2].config.node_budget == 15 and specs[2].config.adaptive_budget
+    assert specs[3].config.fusion == "strict" and specs[3].config.suffix_tokens == 0
+    assert not parse_methods("recap[budget=7]")[1].config.adaptive_budget  # a budget alone is fixed
+    with pytest.raises(ValueError, match="unknown method 'fast'.*recap\\[paper,budget=31\\]"):
         parse_methods("ar,fast")
+    with pytest.raises(ValueError, match="recap\\[budget=x\\]: invalid literal"):
+        parse_methods("recap[budget=x]")
+    with pytest.raises(ValueError, match="unknown option 'turbo'"):
+        parse_methods("recap[turbo]")
 
 
 # -- aggregation ----------------------------------------------------------------------------------
@@ -372,9 +384,26 @@ def test_summarize_two_requests() -> None:
     assert out["ar"]["speedup_total"] == pytest.approx(6.0 / 10.0)
 
 
+def test_ceiling_uses_generates_time_per_token_in_the_same_runs() -> None:
+    records = synthetic_records()
+    assert summarize(records, METHODS)["recap"]["ceiling"] is None  # no prefill times: no per-token time
+    prefills = {"r1": 0.5, "r2": 1.0, "r3": 0.6}
+    for r in records:
+        if r["method"] == "recap":
+            r["prefill_seconds"] = prefills[r["request"]]
+            r["verify_seconds"] = 0.2 * len(r["accepted_lengths"])  # 200 ms per verify forward
+    # generate: (2.0 - 0.5) + (4.0 - 1.0) + (3.0 - 0.6) seconds over 3 + 5 + 4 tokens after the first
+    per_token = 1000 * (1.5 + 3.0 + 2.4) / 12
+    assert aggregate(records, METHODS)["generate_ms_per_token"] == pytest.approx(per_token)
+    recap = summarize(records, METHODS)["recap"]
+    assert recap["verify_ms_per_step"] == pytest.approx(200.0)
+    assert recap["ceiling"] == pytest.approx(recap["mean_accepted_length"] * per_token / 200.0)
+    assert recap["of_ceiling"] == pytest.approx(recap["speedup_mean"] / recap["ceiling"])
+
+
 def test_aggregate_per_family() -> None:
     results = aggregate(synthetic_records(), METHODS)
-    assert set(results) == {"overall", "families"}
+    assert set(results) == {"overall", "families", "generate_ms_per_token"}
     assert list(results["families"]) == ["ocr", "chart"]
     ocr, chart = results["families"]["ocr"]["recap"], results["families"]["chart"]["recap"]
     assert ocr["samples"] == 2 and chart["samples"] == 1

@@ -7,6 +7,7 @@ import pytest
 
 from recap import TokenMemory, TopK
 from recap.calibration import N_CELLS, Calibration, cell_index
+from recap.cost import best_size
 from recap.fusion import fuse_rows, lookup_rows
 from recap.kernels import drafting, tables
 from recap.memory import ContextMemory, ContextTable
@@ -16,7 +17,7 @@ K = 4
 
 
 def random_topk(rng: np.random.Generator, n: int, vocab: int, k: int = K) -> TopK:
-    ids = np.stack([rng.choice(vocab, size=k, replace=False) for _ in range(n)])
+    ids = np.asarray([rng.choice(vocab, size=k, replace=False) for _ in range(n)]).reshape(n, k)
     raw = np.sort(rng.dirichlet(np.full(k, 0.5), size=n), axis=1)[:, ::-1] * rng.uniform(0.3, 1.0, (n, 1))
     return TopK(ids, raw.astype(np.float32))
 
@@ -100,20 +101,27 @@ class Memories:
 
     def __init__(self, rng: np.random.Generator, vocab: int, fill: float) -> None:
         self.token = TokenMemory(vocab, k=K)
-        self.dicts = {2: ContextMemory(2), 3: ContextMemory(3)}
-        self.tables = {2: ContextTable(2, K), 3: ContextTable(3, K)}
+        # the request's tables and the persistent ones, as dicts and as compiled tables
+        self.dicts = [{2: ContextMemory(2), 3: ContextMemory(3)} for _ in range(2)]
+        self.tables = [{2: ContextTable(2, K), 3: ContextTable(3, K)} for _ in range(2)]
         known = np.nonzero(rng.random(vocab) < fill)[0]
         self.token.write(known, random_topk(rng, len(known), vocab))
-        for order in (2, 3):
-            m = int(fill * vocab * 3)
-            keys = [tuple(int(t) for t in rng.integers(0, vocab, size=order)) for _ in range(m)]
-            rows = rows_of(random_topk(rng, m, vocab))
-            self.dicts[order].write_many(keys, rows)
-            self.tables[order].write_many(keys, rows)
+        for kind in (0, 1):
+            for order in (2, 3):
+                m = max(1, int(fill * vocab * 3))
+                keys = [tuple(int(t) for t in rng.integers(0, vocab, size=order)) for _ in range(m)]
+                rows = rows_of(random_topk(rng, m, vocab))
+                self.dicts[kind][order].write_many(keys, rows)
+                self.tables[kind][order].write_many(keys, rows)
 
-    def reference_candidates(self, orders, mode, specificity, fallback):
+    @property
+    def compiled_tables(self) -> tuple:
+        (local, kept) = self.tables
+        return local[2].arrays, local[3].arrays, kept[2].arrays, kept[3].arrays
+
+    def reference_candidates(self, orders, persistent, mode, specificity, fallback):
         def candidates(context):
-            rows = lookup_rows(context, self.token, self.dicts[2], self.dicts[3], orders)
+            rows = lookup_rows(context, self.token, self.dicts[0], self.dicts[1] if persistent else None, orders)
             if not rows:
                 return [t for t, _ in fallback], [q for _, q in fallback], [7] * len(fallback)
             return fuse_rows(rows, mode, specificity)
@@ -126,6 +134,7 @@ def random_setting(rng: np.random.Generator, vocab: int) -> dict:
     fallback = [(int(t), float(q)) for t, q in zip(rng.choice(vocab, 3, replace=False), (0.5, 0.3, 0.2))]
     return dict(
         orders=orders,
+        persistent=bool(rng.random() < 0.5),
         mode=str(rng.choice(["entropy", "fixed", "strict"])),
         specificity=tuple(float(x) for x in rng.uniform(0.5, 4, 3)),
         fallback=fallback if rng.random() < 0.7 else [],
@@ -133,7 +142,7 @@ def random_setting(rng: np.random.Generator, vocab: int) -> dict:
 
 
 def compiled_args(setting: dict) -> tuple:
-    use = np.asarray([False, *(o in setting["orders"] for o in (1, 2, 3))])
+    use = np.asarray([setting["persistent"], *(o in setting["orders"] for o in (1, 2, 3))])
     fallback = setting["fallback"]
     return (
         use,
@@ -153,17 +162,14 @@ def test_fusion_equals_the_reference() -> None:
         memories = Memories(rng, vocab, float(rng.uniform(0.1, 0.9)))
         setting = random_setting(rng, vocab)
         reference = memories.reference_candidates(
-            setting["orders"], setting["mode"], setting["specificity"], setting["fallback"]
+            setting["orders"], setting["persistent"], setting["mode"], setting["specificity"], setting["fallback"]
         )
         args = compiled_args(setting)
         for _ in range(30):
             context = tuple(int(t) for t in rng.integers(0, vocab, size=3))
             a, b = (context[0], context[1]) if rng.random() < 0.8 else (-1, context[1] if rng.random() < 0.5 else -1)
             short = context[3 - (1 + (b >= 0) + (a >= 0)) :]
-            n = drafting.fuse_context(
-                a, b, context[2], memories.token.arrays, memories.tables[2].arrays, memories.tables[3].arrays,
-                *args, *out,
-            )  # fmt: skip
+            n = drafting.fuse_context(a, b, context[2], memories.token.arrays, memories.compiled_tables, *args, *out)
             tokens, q, sources = reference(short)
             assert out[0][:n].tolist() == tokens, trial
             assert out[1][:n].tolist() == q, trial  # the same float64 arithmetic
@@ -185,26 +191,40 @@ def test_best_first_tree_and_layout_equal_the_reference(calibrated: bool) -> Non
         suffix = rng.integers(0, vocab, size=int(rng.integers(0, 5)))
         suffix_length = int(rng.integers(1, 20))
         root_context = [int(t) for t in rng.integers(0, vocab, size=int(rng.integers(1, 4)))]
+        # step costs: none (keep every node), or a rising curve (choose the size, stop early)
+        step_costs = None
+        if rng.random() < 0.6:
+            step_costs = np.concatenate([[0.0], np.cumsum(rng.uniform(0.0, 0.3, budget + 1)) + rng.uniform(0.5, 3)])
         candidates = memories.reference_candidates(
-            setting["orders"], setting["mode"], setting["specificity"], setting["fallback"]
+            setting["orders"], setting["persistent"], setting["mode"], setting["specificity"], setting["fallback"]
         )
         reference = build_tree(
             tuple(root_context),
             candidates,
             budget=budget, max_depth=max_depth, max_width=width, scoring=Scoring(calibrated, masses, cell_probs),
             blocked=set(np.nonzero(blocked)[0].tolist()), suffix=suffix.tolist(), suffix_length=suffix_length,
+            step_costs=step_costs,
         )  # fmt: skip
         padded = np.asarray([-1] * (3 - len(root_context)) + root_context, dtype=np.int64)
         built = drafting.build_tree(
-            padded, memories.token.arrays, memories.tables[2].arrays, memories.tables[3].arrays,
+            padded, memories.token.arrays, memories.compiled_tables,
             *compiled_args(setting), budget, max_depth, width, calibrated, masses, cell_probs, blocked,
-            suffix.astype(np.int64), suffix_length,
+            suffix.astype(np.int64), suffix_length, np.zeros(0) if step_costs is None else step_costs,
         )  # fmt: skip
-        tokens, parents, depths, sources, scores, probs, cells = built
+        tokens, parents, depths, sources, scores, probs, cells, keep = built
+        assert keep == reference.keep, trial
         assert tokens.tolist() == reference.tokens, trial
         assert parents.tolist() == reference.parents and depths.tolist() == reference.depths
         assert sources.tolist() == reference.sources and cells.tolist() == reference.cells
         assert scores.tolist() == reference.scores and probs.tolist() == reference.probs
+        if step_costs is not None and calibrated:  # stopping early never changes the size chosen
+            full = build_tree(
+                tuple(root_context), candidates, budget=budget, max_depth=max_depth, max_width=width,
+                scoring=Scoring(calibrated, masses, cell_probs), blocked=set(np.nonzero(blocked)[0].tolist()),
+                suffix=suffix.tolist(), suffix_length=suffix_length,
+            )  # fmt: skip
+            assert keep == best_size(np.cumsum(full.probs), step_costs), trial
+            assert full.tokens[: len(tokens)] == tokens.tolist()
         for keep in {1, len(tokens), int(rng.integers(1, len(tokens) + 1))}:
             graft = rng.integers(0, vocab, size=int(rng.integers(0, 4)))
             graft_probs, graft_cells = rng.uniform(0, 1, len(graft)), rng.integers(0, N_CELLS, len(graft))

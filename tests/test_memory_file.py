@@ -25,7 +25,7 @@ from recap import MemoryFileError, RecapConfig, TokenMemory, load_memory, memory
 from recap.backends.hf import output_vocab_size
 from recap.drafters.recap import RecapDrafter
 from recap.memory import METHODS
-from recap.persist import FORMAT_NAME, FORMAT_VERSION, METADATA_KEY, tokenizer_fingerprint
+from recap.persist import FORMAT_NAME, FORMAT_VERSION, METADATA_KEY, _snapshot, tokenizer_fingerprint
 from recap.topk import TopK
 
 SRC = str(Path(recap.__file__).resolve().parents[1])
@@ -43,30 +43,17 @@ def small_memory(vocab: int = 20, k: int = 4, rows: int = 5) -> TokenMemory:
     probs = rng.dirichlet(np.ones(k + 1), size=rows)[:, :k].astype(np.float32)
     ids = rng.integers(0, vocab, size=(rows, k))
     memory.write(np.arange(rows), TopK(ids, probs))
+    if rows >= 2:  # and some persistent 2-/3-token rows
+        memory.context[2].write_many([(1, 2), (3, 4)], [(ids[0].tolist(), probs[0].tolist(), 0.5)] * 2)
+        memory.context[3].write_many([(1, 2, 3)], [(ids[1].tolist(), probs[1].tolist(), 0.25)])
     return memory
 
 
 def parts(memory: TokenMemory | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Tensors and header of a valid file, to be mutated into bad ones."""
     memory = memory or small_memory()
-    tensors = {
-        "ids": memory.ids.copy(),
-        "probs": memory.probs.copy(),
-        "kappa": memory.kappa.copy(),
-        "filled": memory.filled.astype(np.uint8),
-    }
-    tensors["calibration_trials"], tensors["calibration_accepted"] = memory.calibration.counts()
-    header = {
-        "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
-        "method": memory.method,
-        "k": memory.k,
-        "vocab_size": memory.vocab_size,
-        "fingerprint": memory.fingerprint,
-        "rows_filled": memory.rows_filled,
-        "created": "2025-01-01T00:00:00+00:00",
-        "recap_version": recap.__version__,
-    }
+    tensors, header = _snapshot(memory)
+    header["created"] = "2025-01-01T00:00:00+00:00"
     return tensors, header
 
 
@@ -102,6 +89,10 @@ def assert_same(a: TokenMemory, b: TokenMemory) -> None:
         assert x.dtype == y.dtype and np.array_equal(x, y), name
     for x, y in zip(a.calibration.counts(), b.calibration.counts()):
         assert np.array_equal(x, y), "calibration"
+    for order in (2, 3):
+        rows = [{int(key): (ids.tolist(), p.tolist(), float(kp)) for key, ids, p, kp in zip(*t.arrays) if key >= 0}
+                for t in (a.context[order], b.context[order])]  # fmt: skip
+        assert rows[0] == rows[1], f"context{order}"
 
 
 # -- round trip -----------------------------------------------------------------------------
@@ -341,6 +332,11 @@ BAD_TENSORS: dict[str, tuple[Mutation, str]] = {
     "calibration shape": (_tensor("calibration_accepted", lambda a: a[:5]), r"'calibration_accepted' has shape \[5\]"),
     "calibration NaN": (_tensor("calibration_trials", _poke("t", np.nan)), "NaN or infinite calibration counts"),
     "accepted > trials": (_tensor("calibration_accepted", _poke("a", 1.0)), "calibration counts out of range"),
+    "context key repeated": (_tensor("context2_keys", lambda a: np.full_like(a, a[0])), "invalid keys"),
+    "context key token": (_tensor("context3_keys", lambda a: a + (20 << 42)), "invalid keys"),
+    "context id": (_tensor("context2_ids", lambda a: a + 20), r"out of range \[0, 20\) in tensor 'context2_ids'"),
+    "context prob": (_tensor("context3_probs", lambda a: a + 2), "out of \\[0, 1\\] in tensors 'context3_probs'"),
+    "context rows": (_set("context2_rows", 3), r"'context2_keys' has shape \[2\], expected \[3\]"),
 }
 
 
@@ -363,11 +359,13 @@ def test_bad_tensors(tmp_path: Path, case: str) -> None:
 
 def test_version_1_files_load_with_a_fresh_calibration(tmp_path: Path) -> None:
     tensors, header = parts()
-    for name in ("calibration_trials", "calibration_accepted"):
+    for name in [n for n in tensors if n.startswith(("calibration", "context"))]:
         del tensors[name]
+    del header["context2_rows"], header["context3_rows"]
     header["format_version"] = 1
     memory = load_memory(write(tmp_path / "v1.safetensors", tensors, header))
     assert np.array_equal(memory.ids, small_memory().ids) and memory.calibration.observations == 0
+    assert len(memory.context[2]) == 0
     tensors, header = parts()
     header["format_version"] = 1  # a version 1 file has no calibration tensors
     expect_error(write(tmp_path / "v1x.safetensors", tensors, header), "unexpected tensor.s. calibration_accepted")

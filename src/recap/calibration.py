@@ -9,8 +9,9 @@ estimates the chance the whole path is accepted, so the sum over a tree's nodes 
 tokens a step commits: best-first search on these scores maximises that estimate for every
 node budget, and the budget can be chosen from it (``recap.cost``).
 
-Sources: the 1-, 2- and 3-token memories (by the most specific row holding the token), the
-frequency fallback (bins of q), and the suffix continuation (bins of the suffix match length).
+Sources: the 1-, 2- and 3-token memories and the persistent 2-/3-token memories (by the most
+specific row holding the token), the frequency fallback (bins of q), and the suffix
+continuation (bins of the suffix match length).
 """
 
 from __future__ import annotations
@@ -20,23 +21,22 @@ import threading
 import numpy as np
 
 from .kernels import njit
+from .kernels.tables import MAX_WEIGHT, PRIOR_WEIGHT
 from .tree import Source
 
-N_SOURCES = 5  # order 1, order 2, order 3, frequency fallback, suffix
+N_SOURCES = 7  # order 1, order 2, order 3, frequency fallback, suffix, persistent order 2, persistent order 3
 N_DEPTHS = 3  # depth 1, 2, >= 3
 N_BINS = 16
 N_CELLS = N_SOURCES * N_DEPTHS * N_BINS
 # lower edges of the q bins (the last bin is [0.99, 1])
 Q_EDGES = np.array([0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99])
 _Q_MIDPOINTS = np.append((Q_EDGES[1:] + Q_EDGES[:-1]) / 2, 0.995)
-PRIOR_WEIGHT = 4.0  # pseudo-observations of the prior in each cell
-MAX_WEIGHT = 4096.0  # a cell's counts are halved past this, so old evidence fades
 
 
 @njit
 def cell_index(source: int, depth: int, value: float) -> int:
-    """The cell of a candidate: ``source`` a ``Source`` value (ORDER1/2/3, FREQUENCY, SUFFIX),
-    ``depth`` >= 1 the depth it would take, ``value`` its fused q (or, for SUFFIX, the
+    """The cell of a candidate: ``source`` a ``Source`` value (ORDER1/2/3, FREQUENCY, SUFFIX,
+    PERSISTENT2/3), ``depth`` >= 1 the depth it would take, ``value`` its fused q (or, for SUFFIX, the
     length of the suffix match). -1 for a source that is not calibrated."""
     if source == 1:
         s = 0
@@ -48,6 +48,10 @@ def cell_index(source: int, depth: int, value: float) -> int:
         s = 3
     elif source == 4:
         s = 4
+    elif source == 8:
+        s = 5
+    elif source == 9:
+        s = 6
     else:
         return -1
     d = min(depth, 3) - 1
@@ -67,6 +71,8 @@ def prior() -> np.ndarray:
     for s, share in enumerate((0.6, 0.75, 0.85, 0.3)):
         p[s] = share * _Q_MIDPOINTS
     p[4] = np.minimum(0.8, 0.04 * np.arange(1, N_BINS + 1))[None, :]
+    p[5] = 0.7 * _Q_MIDPOINTS
+    p[6] = 0.75 * _Q_MIDPOINTS
     return p.reshape(-1)
 
 
@@ -100,10 +106,21 @@ class Calibration:
             raise ValueError(f"calibration counts must be two [{N_CELLS}] arrays with 0 <= accepted <= trials")
         with self.lock:
             self.trials[:], self.accepted[:] = trials, accepted
-            self._refresh()
+            self.refresh()
 
-    def _refresh(self) -> None:
-        self._probs = (self.accepted + PRIOR_WEIGHT * self.prior) / (self.trials + PRIOR_WEIGHT)
+    @property
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(trials, accepted, probabilities, prior), as the compiled learning step updates them
+        in place (under ``lock``)."""
+        return self.trials, self.accepted, self._probs, self.prior
+
+    def refresh(self) -> None:
+        """Recompute the probabilities after the counts changed (the caller holds ``lock``)."""
+        full = self.trials > MAX_WEIGHT
+        if full.any():
+            self.trials[full] *= 0.5
+            self.accepted[full] *= 0.5
+        self._probs[:] = (self.accepted + PRIOR_WEIGHT * self.prior) / (self.trials + PRIOR_WEIGHT)
 
     def update(self, cells: np.ndarray, accepted: np.ndarray) -> None:
         """Count candidates that were verified with their parent accepted: ``cells`` [M] int
@@ -112,17 +129,16 @@ class Calibration:
         cells, accepted = cells[keep], accepted[keep]
         if cells.size == 0:
             return
+        trials = np.bincount(cells, minlength=N_CELLS)
+        hits = np.bincount(cells, weights=accepted.astype(np.float64), minlength=N_CELLS)
         with self.lock:
-            np.add.at(self.trials, cells, 1.0)
-            np.add.at(self.accepted, cells, accepted.astype(np.float64))
-            full = self.trials > MAX_WEIGHT
-            if full.any():
-                self.trials[full] *= 0.5
-                self.accepted[full] *= 0.5
-            self._refresh()
+            self.trials += trials
+            self.accepted += hits
+            self.refresh()
 
     def table(self) -> dict[str, list[float]]:
         """Per source: the estimated acceptance rate of each bin at depth 1 (for reports)."""
         probs = self._probs.reshape(N_SOURCES, N_DEPTHS, N_BINS)
-        names = (Source.ORDER1, Source.ORDER2, Source.ORDER3, Source.FREQUENCY, Source.SUFFIX)
+        names = (Source.ORDER1, Source.ORDER2, Source.ORDER3, Source.FREQUENCY, Source.SUFFIX, Source.PERSISTENT2,
+                 Source.PERSISTENT3)  # fmt: skip
         return {source.name.lower(): [round(float(v), 3) for v in probs[i, 0]] for i, source in enumerate(names)}

@@ -121,17 +121,27 @@ def bench(
     samples: Annotated[int, typer.Option(min=1, help="requests per suite family (with --data: rows at most)")] = 5,
     seed: Annotated[int, typer.Option(help="suite seed (the embedded models were trained on other seeds)")] = 0,
     methods: Annotated[
-        str,
+        str | None,
         typer.Option(
-            help="comma-separated methods or RECAP variants such as 'recap[adaptive-budget]' (the --ablate names); "
-            "'generate' is always added as the reference"
+            help="comma-separated methods (generate, hf-prompt-lookup, ar, pld, token_recycling, recap) or RECAP "
+            "variants such as 'recap[paper,budget=31]'; 'generate' is always added as the reference. Default: all "
+            "methods that can run on the model"
         ),
-    ] = ("generate,hf-prompt-lookup,ar,pld,token_recycling,recap"),
+    ] = None,
     max_new_tokens: Annotated[int, typer.Option(min=1)] = 200,
     memory: Annotated[
         str, typer.Option(help="warm: persistent memories carried across requests; cold: reset")
     ] = "warm",
-    ablate: Annotated[bool, typer.Option("--ablate", help="add RECAP variants (orders, fusion, suffix, ...)")] = False,
+    ablate: Annotated[
+        bool, typer.Option("--ablate", help="add RECAP without each of its parts, and the paper's setting")
+    ] = False,
+    budgets: Annotated[
+        str | None,
+        typer.Option(help="comma-separated node budgets: adds the paper's RECAP and ours at each fixed budget"),
+    ] = None,
+    costs: Annotated[
+        bool, typer.Option("--costs/--no-costs", help="measure the verify cost per tree size and the ceilings")
+    ] = True,
     out: Annotated[Path | None, typer.Option(help="output folder (default bench_out/<model>)")] = None,
     memory_file: MemoryFileOption = None,
     device: DeviceOption = "auto",
@@ -144,9 +154,12 @@ def bench(
     from rich.markup import escape
     from rich.table import Table
 
+    from .backends.hf import image_token_ids
     from .bench import ablation_specs, jsonl_requests, parse_methods, run_bench, suite_requests, write
+    from .bench.costs import measure_costs
+    from .bench.methods import budget_specs
     from .bench.report import COLUMNS, table_rows
-    from .loading import load_model
+    from .loading import build_inputs, load_model
     from .persist import save_memory
 
     if memory not in ("warm", "cold"):
@@ -155,10 +168,12 @@ def bench(
         fail("--memory-file carries RECAP's memory across requests; it cannot be combined with --memory cold")
     if threads:
         torch.set_num_threads(threads)
+    console = Console(width=max(130, shutil.get_terminal_size().columns))
     try:
-        specs = parse_methods(methods)
-        if ablate:
-            specs += [spec for spec in ablation_specs() if spec.name not in {s.name for s in specs}]
+        budget_list = [int(b) for b in budgets.split(",") if b.strip()] if budgets else []
+        specs = parse_methods(methods or "generate,hf-prompt-lookup,ar,pld,token_recycling,recap")
+        extra = (ablation_specs() if ablate else []) + budget_specs(budget_list)
+        specs += [spec for spec in extra if spec.name not in {s.name for s in specs}]
         if data is not None:
             requests = jsonl_requests(data, limit=samples)
             warmup = requests[0]
@@ -171,6 +186,12 @@ def bench(
             fail("--memory-file holds RECAP's memory, but recap is not among --methods")
         check_memory_file(memory_file, "recap")
         loaded, processor = load_model(model, device=device, dtype=dtype)
+        if methods is None and image_token_ids(loaded):
+            specs = [spec for spec in specs if spec.kind != "hf-prompt-lookup"]
+            console.print(
+                "hf-prompt-lookup left out: transformers' prompt lookup copies image placeholder tokens into its "
+                "drafts on vision-language models and fails; name it in --methods to run it anyway"
+            )
         recap_memory = open_memory_file(memory_file, loaded, processor, "recap", 8)
         first = next(iter(loaded.parameters()))
         settings = {
@@ -179,6 +200,12 @@ def bench(
             "dtype": str(first.dtype).replace("torch.", ""),
             "workload": workload,
         }
+        cost_table = None
+        if costs:
+            largest = max(
+                [s.config.node_budget + 1 + s.config.suffix_tokens for s in specs if s.kind == "recap"] + [81]
+            )
+            cost_table = measure_costs(loaded, build_inputs(processor, warmup.prompt, warmup.image), largest)
         results = run_bench(
             loaded,
             processor,
@@ -189,6 +216,7 @@ def bench(
             warmup=warmup,
             settings=settings,
             preset_memories={"recap": recap_memory},
+            costs=cost_table,
         )
         out = out or Path("bench_out") / Path(model).name
         write(results, out)
@@ -202,7 +230,11 @@ def bench(
         table.add_column(title, justify="right")
     for row in table_rows(results["overall"]):
         table.add_row(*(escape(cell) for cell in row))
-    console = Console(width=max(130, shutil.get_terminal_size().columns))
+    if cost_table:
+        sizes = ", ".join(f"{n}: {ms:.2f}" for n, ms in zip(cost_table["sizes"], cost_table["verify_ms"]))
+        console.print(
+            f"verify ms per tree size ({sizes}); generate: {cost_table['generate_ms_per_token'] or 0:.2f} ms per token"
+        )
     console.print(table)
     console.print(f"wrote {out / 'results.json'}, {out / 'report.md'} and plots")
     if results["failures"]:

@@ -27,7 +27,10 @@ class RecapConfig:
     ``seed_context_from_prefill`` whether they also seed the 2-/3-token memories;
     ``frequency_fallback`` whether a node whose context has no row in any memory gets the
     request's ``k`` most frequent tokens as candidates (q = their share of the request's
-    tokens) instead of no children.
+    tokens) instead of no children. ``persistent_context`` (ours): the 2-/3-token rows are
+    also kept across requests, on the token memory object (bounded), and used where the
+    request has no row of its own for a key (the request's own rows, conditioned on its
+    image, always come first).
 
     ``scoring``: "calibrated" (ours, the default) scores a candidate by the acceptance rate
     observed for candidates like it (``recap.calibration``: by source, depth and q), so a
@@ -58,6 +61,7 @@ class RecapConfig:
     seed_from_prefill: bool = True
     seed_context_from_prefill: bool = False
     frequency_fallback: bool = True
+    persistent_context: bool = True
     scoring: str = "calibrated"
     adaptive_budget: bool = True
     pld_max_ngram: int = 3
@@ -103,10 +107,12 @@ class RecapConfig:
     @classmethod
     def paper(cls, **changes: object) -> RecapConfig:
         """The paper's RECAP: 63 nodes every step, hit-mass scores, the 4-token suffix path
-        grafted on top, no frequency fallback (``changes`` override any field)."""
+        grafted on top, request-local 2-/3-token rows only, no frequency fallback (``changes``
+        override any field)."""
         settings: dict[str, object] = dict(
-            node_budget=63, adaptive_budget=False, scoring="hit-mass", frequency_fallback=False
-        )
+            node_budget=63, adaptive_budget=False, scoring="hit-mass", frequency_fallback=False,
+            persistent_context=False,
+        )  # fmt: skip
         return cls(**{**settings, **changes})
 
     def hit_mass(self, depth: int) -> float:

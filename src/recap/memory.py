@@ -18,6 +18,7 @@ from .kernels import tables
 from .topk import TopK
 
 METHODS = ("recap", "token_recycling")
+PERSISTENT_CONTEXT_KEYS = 1 << 16  # keys per persistent 2-/3-token table before it starts afresh
 Row = tuple[list[int], list[float], float]  # (ids [k] best first, probs [k], kappa); shared, never mutate
 
 
@@ -51,6 +52,8 @@ class TokenMemory:
         self.filled = np.zeros(vocab_size, dtype=bool)
         self.lock = threading.Lock()
         self.calibration = Calibration()
+        # RECAP's persistent 2-/3-token rows (RecapConfig.persistent_context), bounded; not saved to files
+        self.context = {order: ContextTable(order, k, max_keys=PERSISTENT_CONTEXT_KEYS) for order in (2, 3)}
 
     def __repr__(self) -> str:
         return (
@@ -99,11 +102,15 @@ class TokenMemory:
             self.probs[:] = 0
             self.kappa[:] = 0
             self.filled[:] = False
+            for table in self.context.values():
+                table.clear()
 
     def copy(self) -> TokenMemory:
         out = TokenMemory(self.vocab_size, self.k, self.method, self.fingerprint)
         with self.lock:
             out.ids[:], out.probs[:], out.kappa[:], out.filled[:] = self.ids, self.probs, self.kappa, self.filled
+            for order, table in self.context.items():
+                out.context[order] = table.copy()
         out.calibration.set_counts(*self.calibration.counts())
         return out
 
@@ -148,13 +155,15 @@ class ContextTable:
     must be below 2**21.
 
     keys: [cap] int64 packed keys (``tables.EMPTY`` where free); ids [cap, k] int32, probs
-    [cap, k] float32, kappa [cap] float32. Grows (doubling) before it is half full.
+    [cap, k] float32, kappa [cap] float32. Grows (doubling) before it is half full; with
+    ``max_keys``, a write that would pass it clears the table first (a bounded memory that
+    starts afresh rather than grow without end).
     """
 
-    def __init__(self, order: int, k: int, capacity: int = 1024) -> None:
+    def __init__(self, order: int, k: int, capacity: int = 1024, max_keys: int | None = None) -> None:
         if order not in (2, 3):
             raise ValueError(f"a context table has keys of 2 or 3 tokens, not {order}")
-        self.order, self.k = order, k
+        self.order, self.k, self.max_keys = order, k, max_keys
         self.count = 0
         self._allocate(max(16, 1 << (capacity - 1).bit_length()))
 
@@ -182,8 +191,16 @@ class ContextTable:
             return None
         return self.ids[slot].tolist(), self.probs[slot].tolist(), float(self.kappa[slot])
 
+    def copy(self) -> ContextTable:
+        out = ContextTable(self.order, self.k, max_keys=self.max_keys)
+        out.count = self.count
+        out.keys, out.ids, out.probs, out.kappa = (a.copy() for a in self.arrays)
+        return out
+
     def reserve(self, extra: int) -> None:
         """Grow so that ``extra`` more keys keep the table at most half full."""
+        if self.max_keys is not None and self.count + extra > self.max_keys:
+            self.clear()
         capacity = self.keys.shape[0]
         if 2 * (self.count + extra) <= capacity:
             return
@@ -193,11 +210,13 @@ class ContextTable:
         self._allocate(capacity)
         tables.rehash(*old, *self.arrays)
 
-    def write_packed(self, keys: np.ndarray, rows: np.ndarray, topk: TopK) -> None:
+    def write_packed(self, keys: np.ndarray, rows: np.ndarray, topk: TopK, kappa: np.ndarray | None = None) -> None:
         """Write top-k rows ``rows`` [M] under packed ``keys`` [M] (EMPTY skips); within one
-        call the first occurrence of a key wins."""
+        call the first occurrence of a key wins. ``kappa`` [N]: the rows' concentrations, if
+        known (else computed from ``topk``)."""
         self.reserve(len(keys))
-        self.count += tables.write_context_rows(*self.arrays, keys, rows, topk.ids, topk.probs, topk.concentration)
+        kappa = topk.concentration if kappa is None else np.ascontiguousarray(kappa, dtype=np.float32)
+        self.count += tables.write_context_rows(*self.arrays, keys, rows, topk.ids, topk.probs, kappa)
 
     def write_many(self, keys: Sequence[Sequence[int]], rows: Sequence[Row]) -> None:
         """``ContextMemory.write_many``'s form: rows as (ids, probs, kappa) under token keys."""

@@ -2,9 +2,12 @@
 
 File layout (format ``recap-memory``, version 2): tensors ``ids`` [vocab, k] int32,
 ``probs`` [vocab, k] float32, ``kappa`` [vocab] float32 and ``filled`` [vocab] uint8 (0/1),
-and the drafter's calibration counts ``calibration_trials`` / ``calibration_accepted``
-[N_CELLS] float64 (``recap.calibration``; version 1 files, without them, still load, with a
-fresh calibration);
+the drafter's calibration counts ``calibration_trials`` / ``calibration_accepted``
+[N_CELLS] float64 (``recap.calibration``), and the persistent 2-/3-token rows: for o in 2, 3,
+``context{o}_keys`` [m_o] int64 (packed keys, ``recap.kernels.tables.pack_key``),
+``context{o}_ids`` [m_o, k] int32, ``context{o}_probs`` [m_o, k] float32, ``context{o}_kappa``
+[m_o] float32, m_o given by the header's ``context{o}_rows`` (version 1 files, without the
+calibration and the 2-/3-token rows, still load);
 the safetensors metadata key ``recap`` holds a JSON header with ``format``,
 ``format_version``, ``method``, ``k``, ``vocab_size``, ``fingerprint``, ``rows_filled``,
 ``created`` (ISO 8601, UTC) and ``recap_version``. Nothing is ever unpickled.
@@ -27,15 +30,17 @@ import safetensors.numpy
 
 from .calibration import N_CELLS
 from .errors import MemoryFileError
+from .kernels.tables import EMPTY, TOKEN_BITS
 from .memory import METHODS, TokenMemory
+from .topk import TopK
 
 FORMAT_NAME = "recap-memory"
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 METADATA_KEY = "recap"
 TENSORS_V1 = ("ids", "probs", "kappa", "filled")
-CALIBRATION_TENSORS = ("calibration_trials", "calibration_accepted")
-TENSORS = TENSORS_V1 + CALIBRATION_TENSORS
+CONTEXT_TENSORS = tuple(f"context{o}_{part}" for o in (2, 3) for part in ("keys", "ids", "probs", "kappa"))
+TENSORS = TENSORS_V1 + ("calibration_trials", "calibration_accepted") + CONTEXT_TENSORS
 # safetensors dtype names of each tensor and the numpy dtype they load as
 _DTYPES = {
     "ids": ("I32", np.int32),
@@ -44,7 +49,12 @@ _DTYPES = {
     "filled": ("U8", np.uint8),
     "calibration_trials": ("F64", np.float64),
     "calibration_accepted": ("F64", np.float64),
+    **{f"context{o}_keys": ("I64", np.int64) for o in (2, 3)},
+    **{f"context{o}_ids": ("I32", np.int32) for o in (2, 3)},
+    **{f"context{o}_probs": ("F32", np.float32) for o in (2, 3)},
+    **{f"context{o}_kappa": ("F32", np.float32) for o in (2, 3)},
 }
+_HEADER_INTS_V2 = ("context2_rows", "context3_rows")
 _HEADER_INTS = ("format_version", "k", "vocab_size", "rows_filled")
 _HEADER_STRS = ("format", "method", "fingerprint", "created", "recap_version")
 
@@ -101,6 +111,10 @@ def _snapshot(memory: TokenMemory) -> tuple[dict[str, np.ndarray], dict[str, Any
             "filled": np.array(memory.filled, dtype=np.uint8, copy=True),
         }
         tensors["calibration_trials"], tensors["calibration_accepted"] = memory.calibration.counts()
+        for order, table in memory.context.items():
+            used = table.keys != EMPTY
+            for part, array in zip(("keys", "ids", "probs", "kappa"), table.arrays):
+                tensors[f"context{order}_{part}"] = array[used].copy()
         method, k, vocab, fingerprint = memory.method, memory.k, memory.vocab_size, memory.fingerprint
     from . import __version__
 
@@ -112,6 +126,8 @@ def _snapshot(memory: TokenMemory) -> tuple[dict[str, np.ndarray], dict[str, Any
         "vocab_size": int(vocab),
         "fingerprint": str(fingerprint or ""),
         "rows_filled": int(tensors["filled"].sum()),
+        "context2_rows": int(len(tensors["context2_keys"])),
+        "context3_rows": int(len(tensors["context3_keys"])),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "recap_version": __version__,
     }
@@ -242,7 +258,11 @@ def _check_header(header: dict[str, Any]) -> None:
             f"has unsupported format version {_short(version)}; this recap reads versions "
             f"{', '.join(map(str, READABLE_VERSIONS))} (upgrade recap, or re-create the memory)"
         )
-    for name in _HEADER_INTS:
+    if version >= 2:
+        for name in _HEADER_INTS_V2:
+            if name not in header:
+                raise _Invalid(f"has a malformed recap header (field {name!r} is missing)")
+    for name in _HEADER_INTS + (_HEADER_INTS_V2 if version >= 2 else ()):
         value = header[name]
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise _Invalid(f"has a malformed recap header ({name!r} must be an integer >= 0, got {_short(value)})")
@@ -282,14 +302,36 @@ def _check_tensors(header: dict[str, Any], raw: dict[str, tuple[str, list[int], 
 
 def _shapes(header: dict[str, Any]) -> dict[str, list[int]]:
     vocab, k = header["vocab_size"], header["k"]
-    return {
-        "ids": [vocab, k],
-        "probs": [vocab, k],
-        "kappa": [vocab],
-        "filled": [vocab],
-        "calibration_trials": [N_CELLS],
-        "calibration_accepted": [N_CELLS],
-    }
+    shapes = {"ids": [vocab, k], "probs": [vocab, k], "kappa": [vocab], "filled": [vocab]}
+    if header["format_version"] >= 2:
+        shapes.update(calibration_trials=[N_CELLS], calibration_accepted=[N_CELLS])
+        for o in (2, 3):
+            rows = header[f"context{o}_rows"]
+            shapes.update({f"context{o}_keys": [rows], f"context{o}_ids": [rows, k]})
+            shapes.update({f"context{o}_probs": [rows, k], f"context{o}_kappa": [rows]})
+    return shapes
+
+
+def _check_context_rows(vocab: int, order: int, arrays: dict[str, np.ndarray]) -> None:
+    keys, ids, probs, kappa = (arrays[f"context{order}_{part}"] for part in ("keys", "ids", "probs", "kappa"))
+    name = f"context{order}"
+    mask = (1 << TOKEN_BITS) - 1
+    tokens = [(keys >> (TOKEN_BITS * shift)) & mask for shift in range(3)]
+    if keys.size and (
+        int(keys.min()) < 0
+        or any(int(t.max()) >= vocab for t in tokens)
+        or (order == 2 and int(tokens[2].max()) != 0)
+        or len(np.unique(keys)) != len(keys)
+    ):
+        raise _Invalid(f"has invalid keys in tensor '{name}_keys' (tokens out of range [0, {vocab}) or repeated)")
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+        raise _Invalid(f"has token ids out of range [0, {vocab}) in tensor '{name}_ids'")
+    if not (np.isfinite(probs).all() and np.isfinite(kappa).all()):
+        raise _Invalid(f"has NaN or infinite values in tensors '{name}_probs' / '{name}_kappa'")
+    if (probs.size and (float(probs.min()) < 0 or float(probs.max()) > 1)) or (
+        kappa.size and (float(kappa.min()) < 0 or float(kappa.max()) > 1)
+    ):
+        raise _Invalid(f"has values out of [0, 1] in tensors '{name}_probs' / '{name}_kappa'")
 
 
 def _check_values(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
@@ -316,6 +358,8 @@ def _check_values(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> None
             raise _Invalid("has NaN or infinite calibration counts")
         if float(accepted.min()) < 0 or bool((accepted > trials).any()):
             raise _Invalid("has calibration counts out of range (need 0 <= calibration_accepted <= calibration_trials)")
+        for order in (2, 3):
+            _check_context_rows(vocab, order, arrays)
     rows = int(np.count_nonzero(filled))
     if rows != header["rows_filled"]:
         raise _Invalid(
@@ -406,6 +450,9 @@ def load_memory(path: PathLike, expected: Any = None) -> TokenMemory:
     memory.filled[:] = arrays["filled"].astype(bool)
     if "calibration_trials" in arrays:
         memory.calibration.set_counts(arrays["calibration_trials"], arrays["calibration_accepted"])
+        for order, table in memory.context.items():
+            keys, ids, probs, kappa = (arrays[f"context{order}_{part}"] for part in ("keys", "ids", "probs", "kappa"))
+            table.write_packed(np.array(keys), np.arange(len(keys)), TopK(ids, probs), kappa=np.array(kappa))
     return memory
 
 

@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field
 
 from .tree import DraftTree, Source
 
+_SOURCE_NAMES = {int(s): s.name.lower() for s in Source}
+
 
 @dataclass
 class DecodeStats:
@@ -71,7 +73,7 @@ class DecodeStats:
 
     def count_sources(self, sources: list[int]) -> None:
         for s in sources:
-            name = Source(s).name.lower()
+            name = _SOURCE_NAMES[s]
             self.accepted_by_source[name] = self.accepted_by_source.get(name, 0) + 1
 
     def to_dict(self) -> dict:

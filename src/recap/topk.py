@@ -7,6 +7,8 @@ from functools import cached_property
 
 import numpy as np
 
+from .kernels import njit
+
 
 @dataclass(frozen=True)
 class TopK:
@@ -42,8 +44,26 @@ class TopK:
 
 
 def row_concentration(probs: np.ndarray) -> np.ndarray:
-    """exp(-entropy) of rows of probabilities [N, k] completed by a residual bucket. [N]"""
-    p = np.clip(probs, 1e-30, 1.0, dtype=np.float32)
-    residual = np.clip(1.0 - p.sum(axis=1), 1e-30, 1.0)
-    entropy = -(p * np.log(p)).sum(axis=1) - residual * np.log(residual)
-    return np.exp(-entropy).astype(np.float32, copy=False)
+    """exp(-entropy) of rows of probabilities [N, k] completed by a residual bucket. [N] float32"""
+    return _concentration(np.ascontiguousarray(probs, dtype=np.float32))
+
+
+@njit
+def concentration_of_row(probs: np.ndarray, i: int) -> np.float32:
+    """kappa of row ``i`` of ``probs`` [N, k] (see ``row_concentration``)."""
+    entropy, total = 0.0, 0.0
+    for j in range(probs.shape[1]):
+        p = min(max(np.float64(probs[i, j]), 1e-30), 1.0)
+        total += p
+        entropy -= p * np.log(p)
+    residual = min(max(1.0 - total, 1e-30), 1.0)
+    entropy -= residual * np.log(residual)
+    return np.float32(np.exp(-entropy))
+
+
+@njit
+def _concentration(probs: np.ndarray) -> np.ndarray:
+    out = np.empty(probs.shape[0], np.float32)
+    for i in range(probs.shape[0]):
+        out[i] = concentration_of_row(probs, i)
+    return out

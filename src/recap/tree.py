@@ -19,6 +19,13 @@ class Source(IntEnum):
     TEMPLATE = 5  # Token Recycling's static template
     NGRAM = 6  # prompt lookup
     FREQUENCY = 7  # RECAP's fallback: the request's most frequent tokens
+    PERSISTENT2 = 8  # the persistent 2-token memory (ours: where the request has no 2-token row)
+    PERSISTENT3 = 9  # the persistent 3-token memory (likewise)
+
+
+def key_order(source: int) -> int:
+    """The number of tokens in the key of a memory source (ORDER1/2/3, PERSISTENT2/3)."""
+    return {1: 1, 2: 2, 3: 3, 8: 2, 9: 3}[source]
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,12 @@ class DraftTree:
 
     def ancestor_mask(self) -> np.ndarray:
         """[N, N] bool: row i is True at i and at each ancestor of i (who node i may attend to)."""
+        from .kernels.verify import ancestor_mask
+
+        return ancestor_mask(self.parents)
+
+    def ancestor_mask_reference(self) -> np.ndarray:
+        """The readable reference of ``ancestor_mask``: one depth at a time."""
         n = len(self)
         mask = np.zeros((n, n), dtype=bool)
         mask[0, 0] = True

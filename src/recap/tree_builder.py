@@ -48,6 +48,7 @@ class BuiltTree:
     scores: list[float] = field(default_factory=list)
     probs: list[float] = field(default_factory=list)
     cells: list[int] = field(default_factory=list)
+    keep: int = 0  # the size chosen for verification (all nodes without step costs)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -76,6 +77,7 @@ def build_tree(
     blocked: frozenset[int] | set[int] = frozenset(),
     suffix: Sequence[int] = (),
     suffix_length: int = 0,
+    step_costs: np.ndarray | None = None,
 ) -> BuiltTree:
     """Grow a tree best-first from the root (the last token of ``root_context``).
 
@@ -90,6 +92,12 @@ def build_tree(
     ``suffix_length`` tokens long) competes as a candidate: the node on the continuation at
     depth j offers ``suffix[j]`` (source SUFFIX), or raises that candidate's factor to the
     suffix cell's if it is already there with a lower one.
+
+    ``step_costs`` [budget + 2] (seconds of a step verifying s nodes, at index s) makes the
+    search choose the size: ``keep`` is the s (root included) with the most expected tokens
+    (the sum of the first s nodes' ``probs``) per second, the larger on ties. With calibrated
+    scores, probabilities fall in insertion order, so the search stops as soon as no larger
+    tree could beat the best so far even if every further node were as likely as the last.
     """
     tree = BuiltTree([root_context[-1]], [-1], [0], [int(Source.ROOT)], [1.0], [1.0], [-1])
     contexts = [tuple(root_context[-3:])]
@@ -124,6 +132,10 @@ def build_tree(
             counter += 1
             heapq.heappush(heap, (-tree.scores[node] * kept[0][0], counter, node, 0))
 
+    expected, best_rate, last = 1.0, 0.0, budget + 1
+    if step_costs is not None:
+        best_rate = 1.0 / step_costs[1]
+        tree.keep = 1
     expand(0)
     while heap and len(tree) <= budget:
         neg_score, _, parent, rank = heapq.heappop(heap)
@@ -142,10 +154,22 @@ def build_tree(
         if rank + 1 < len(offers[parent]):
             counter += 1
             heapq.heappush(heap, (-tree.scores[parent] * offers[parent][rank + 1][0], counter, parent, rank + 1))
+        if step_costs is not None:
+            size = len(tree)
+            expected += tree.probs[node]
+            if expected / step_costs[size] >= best_rate:
+                best_rate, tree.keep = expected / step_costs[size], size
+            if scoring.calibrated and not any(
+                (expected + tree.probs[node] * (bigger - size)) / step_costs[bigger] >= best_rate
+                for bigger in range(size + 1, last + 1)
+            ):
+                break
         if tree.depths[node] < max_depth:
             expand(node)
         else:
             offers.append([])
+    if step_costs is None:
+        tree.keep = len(tree)
     return tree
 
 

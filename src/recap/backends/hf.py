@@ -146,7 +146,8 @@ class HFTarget:
         return ids_and_greedy[:, 0], TopK(ids_and_greedy[:, 1:], probs)
 
     def commit(self, path: Sequence[int]) -> None:
-        """Keep the cache entries of the accepted ``path`` (node indices, root first).
+        """Keep the cache entries of the accepted ``path`` (node indices, root first; empty
+        discards the whole tree).
 
         The accepted entries are moved down to slots L .. L+m-1 (a copy of m entries, not of
         the whole cache) and the rest is cropped away.

@@ -30,36 +30,104 @@ class MethodSpec:
     config: RecapConfig = field(default_factory=RecapConfig)
 
 
+VARIANT_HELP = (
+    "recap[OPTIONS], options comma-separated: paper (the paper's setting as the base), budget=N (a fixed "
+    "budget of N nodes), adaptive (choose the size per step, at most the budget), hit-mass / calibrated "
+    "(scores), orders=1+2 (key lengths), fusion=entropy|fixed|strict, suffix=N, no-suffix, no-persistence, "
+    "no-fallback, no-persistent-context, persistent-context, fallback; e.g. recap[paper,budget=31]"
+)
+
+
+def variant_config(options: str) -> RecapConfig:
+    """The config of ``recap[options]`` (see ``VARIANT_HELP``); a ValueError names a bad option."""
+    parts = [p.strip() for p in options.split(",") if p.strip()]
+    config = RecapConfig.paper() if "paper" in parts else RecapConfig()
+    changes: dict[str, object] = {}
+    adaptive = None
+    last_key = None
+    for part in parts:
+        key, _, value = part.partition("=")
+        if not value and key.isdigit() and last_key == "orders":  # recap[orders=1,2]
+            changes["key_orders"] = (*changes["key_orders"], int(key))
+            continue
+        last_key = key
+        try:
+            if key == "paper":
+                continue
+            elif key == "budget":
+                changes["node_budget"] = int(value)
+            elif key in ("adaptive", "fixed"):
+                adaptive = key == "adaptive"
+            elif key in ("hit-mass", "calibrated"):
+                changes["scoring"] = key
+            elif key == "orders":
+                changes["key_orders"] = tuple(int(o) for o in value.split("+"))
+            elif key == "fusion":
+                changes["fusion"] = value
+            elif key == "suffix":
+                changes["suffix_tokens"] = int(value)
+            elif key == "no-suffix":
+                changes["suffix_tokens"] = 0
+            elif key in ("no-persistence", "no-fallback", "no-persistent-context"):
+                field = {"no-persistence": "persistent", "no-fallback": "frequency_fallback"}.get(key)
+                changes[field or "persistent_context"] = False
+            elif key in ("fallback", "persistent-context"):
+                changes["frequency_fallback" if key == "fallback" else "persistent_context"] = True
+            else:
+                raise ValueError(f"unknown option {part!r}")
+        except ValueError as exc:
+            raise ValueError(f"recap[{options}]: {exc}. {VARIANT_HELP}") from None
+    if "node_budget" in changes and adaptive is None:
+        adaptive = False  # budget=N alone: that budget at every step
+    if adaptive is not None:
+        changes["adaptive_budget"] = adaptive
+    return config.replace(**changes)
+
+
 def ablation_specs() -> list[MethodSpec]:
-    """RECAP variants: key orders, fusion modes, suffix path, persistence, node budgets (fixed and adaptive)."""
-    base = RecapConfig()
-    variants = {
-        "recap[orders=1]": base.replace(key_orders=(1,)),
-        "recap[orders=1,2]": base.replace(key_orders=(1, 2)),
-        "recap[fusion=strict]": base.replace(fusion="strict"),
-        "recap[fusion=fixed]": base.replace(fusion="fixed"),
-        "recap[no-suffix]": base.replace(suffix_tokens=0),
-        "recap[no-persistence]": base.replace(persistent=False),
-        "recap[no-fallback]": base.replace(frequency_fallback=False),
-        "recap[budget=31]": base.replace(node_budget=31),
-        "recap[budget=95]": base.replace(node_budget=95),
-        "recap[adaptive-budget]": base.replace(adaptive_budget=True),
-    }
-    return [MethodSpec(name, "recap", config) for name, config in variants.items()]
+    """RECAP without each of its parts (the default setting otherwise), and the paper's setting."""
+    names = (
+        "paper", "hit-mass", "fixed,budget=63", "no-persistent-context", "no-fallback", "no-suffix",
+        "orders=1", "orders=1+2", "fusion=strict", "fusion=fixed", "no-persistence",
+    )  # fmt: skip
+    return [MethodSpec(f"recap[{name}]", "recap", variant_config(name)) for name in names]
+
+
+def budget_specs(budgets: list[int]) -> list[MethodSpec]:
+    """At each fixed budget: the paper's RECAP and ours (calibrated scores, fallback, persistent rows)."""
+    specs = []
+    for budget in budgets:
+        for name in (f"paper,budget={budget}", f"budget={budget}"):
+            specs.append(MethodSpec(f"recap[{name}]", "recap", variant_config(name)))
+    return specs
+
+
+def split_methods(names: str) -> list[str]:
+    """Comma-separated names; commas inside [...] belong to the name."""
+    out, depth, current = [], 0, ""
+    for ch in names:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            out.append(current)
+            current = ""
+        else:
+            current += ch
+    out.append(current)
+    return [n.strip() for n in out if n.strip()]
 
 
 def parse_methods(names: str) -> list[MethodSpec]:
-    """Methods by name: the methods and the RECAP variants of ``ablation_specs``."""
-    variants = {spec.name: spec for spec in ablation_specs()}
+    """Methods by name (``ALL_METHODS``) and RECAP variants ``recap[...]`` (``VARIANT_HELP``);
+    the reference ``generate`` is added first if missing."""
     specs = []
-    for name in (n.strip() for n in names.split(",") if n.strip()):
-        if name in variants:
-            specs.append(variants[name])
+    for name in split_methods(names):
+        if name.startswith("recap[") and name.endswith("]"):
+            specs.append(MethodSpec(name, "recap", variant_config(name[len("recap[") : -1])))
             continue
         if name not in ALL_METHODS:
-            raise ValueError(
-                f"unknown method {name!r}; choose from {', '.join(ALL_METHODS)} or a variant: {', '.join(variants)}"
-            )
+            choices = ", ".join(ALL_METHODS)
+            raise ValueError(f"unknown method {name!r}; choose from {choices} or a variant: {VARIANT_HELP}")
         specs.append(MethodSpec(name, name))
     if REFERENCE not in [s.name for s in specs]:
         specs.insert(0, MethodSpec(REFERENCE, REFERENCE))
@@ -78,6 +146,8 @@ class Run:
     accepted_lengths: list[int] | None = None
     nodes: int | None = None
     host_seconds: float | None = None
+    verify_seconds: float | None = None
+    prefill_seconds: float | None = None
     accepted_by_source: dict[str, int] | None = None
 
     @property
@@ -125,5 +195,7 @@ class MethodRunner:
             accepted_lengths=stats.accepted_lengths,
             nodes=stats.nodes_verified,
             host_seconds=stats.time_draft + stats.time_update,
+            verify_seconds=stats.time_verify,
+            prefill_seconds=stats.time_prefill,
             accepted_by_source=stats.accepted_by_source,
         )

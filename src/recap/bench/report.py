@@ -12,14 +12,33 @@ from typing import Any
 from .methods import REFERENCE
 
 
+def generate_ms_per_token(records: Sequence[dict[str, Any]]) -> float | None:
+    """Milliseconds ``generate`` spent per token after the first, in these very runs: its time on
+    each request less that request's prefill (as timed by the recap methods on it), over its
+    tokens after the first. None without both."""
+    prefills: dict[str, list[float]] = defaultdict(list)
+    for r in records:
+        if r.get("prefill_seconds") is not None:
+            prefills[r["request"]].append(r["prefill_seconds"])
+    seconds, tokens = 0.0, 0
+    for r in records:
+        if r["method"] == REFERENCE and prefills.get(r["request"]) and len(r["tokens"]) > 1:
+            seconds += r["seconds"] - statistics.median(prefills[r["request"]])
+            tokens += len(r["tokens"]) - 1
+    return 1000 * seconds / tokens if tokens and seconds > 0 else None
+
+
 def summarize(records: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Per-method aggregates over ``records`` (dicts of one request x method, see run.py).
 
     speedup of a run = reference seconds / its seconds on the same request; reported as the
     mean and median of those ratios and as the ratio of total times. Mean accepted length is
     tokens committed by steps / steps (over all steps), and match ratio the share of
-    requests whose tokens equal the reference's.
+    requests whose tokens equal the reference's. Each method that steps also gets its
+    zero-overhead ceiling: MAL x generate's ms per token (``generate_ms_per_token``) / its mean
+    ms per verify forward, and its mean speedup as a share of that.
     """
+    per_token = generate_ms_per_token(records)
     by_request: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
     for r in records:
         by_request[r["request"]][r["method"]] = r
@@ -43,6 +62,9 @@ def summarize(records: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
             "tokens_per_forward": None,
             "nodes_per_token": None,
             "host_overhead_us_per_step": None,
+            "verify_ms_per_step": None,
+            "ceiling": None,
+            "of_ceiling": None,
             "histogram": None,
             "accepted_by_source": None,
         }
@@ -61,21 +83,27 @@ def summarize(records: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
                 tokens_per_forward=tokens / (total_steps + len(runs)),
                 nodes_per_token=sum(run["nodes"] for _, run in runs) / tokens if tokens else 0.0,
                 host_overhead_us_per_step=1e6 * sum(run["host_seconds"] for _, run in runs) / max(1, total_steps),
+                verify_ms_per_step=1e3 * sum(run.get("verify_seconds") or 0.0 for _, run in runs) / max(1, total_steps),
                 histogram=dict(sorted(histogram.items(), key=lambda kv: int(kv[0]))),
                 accepted_by_source=dict(sources),
             )
+            if per_token and summary["verify_ms_per_step"] and total_steps:
+                ceiling = summary["mean_accepted_length"] * per_token / summary["verify_ms_per_step"]
+                summary.update(ceiling=ceiling, of_ceiling=summary["speedup_mean"] / ceiling)
         out[method] = summary
     return out
 
 
 def aggregate(records: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict[str, Any]:
-    """{"overall": {method: summary}, "families": {family: {method: summary}}}."""
+    """{"overall": {method: summary}, "families": {family: {method: summary}},
+    "generate_ms_per_token": ms}."""
     families: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         families[r["family"]].append(r)
     return {
         "overall": summarize(records, methods),
         "families": {family: summarize(rs, methods) for family, rs in families.items()},
+        "generate_ms_per_token": generate_ms_per_token(records),
     }
 
 
@@ -92,6 +120,9 @@ COLUMNS = (
     ("total", "speedup_total", ".2f"),
     ("match", "match_ratio", ".3f"),
     ("host us/step", "host_overhead_us_per_step", ".0f"),
+    ("verify ms/step", "verify_ms_per_step", ".2f"),
+    ("ceiling", "ceiling", ".2f"),
+    ("of ceiling", "of_ceiling", ".0%"),
 )
 
 
@@ -114,6 +145,26 @@ def markdown(results: dict[str, Any]) -> str:
         "Speedup is measured against the model's own `generate(do_sample=False)` on the same request.",
         "",
     ]
+    costs = results.get("costs")
+    if costs:
+        base = costs["verify_ms"][0]
+        lines.extend([
+            "## Verification cost on this machine",
+            "",
+            f"`generate` spends {_fmt(costs['generate_ms_per_token'], '.2f')} ms per token. One tree forward "
+            "(top-k included):",
+            "",
+            "| nodes | " + " | ".join(str(s) for s in costs["sizes"]) + " |",
+            "|---|" + "---|" * len(costs["sizes"]),
+            "| ms | " + " | ".join(f"{ms:.2f}" for ms in costs["verify_ms"]) + " |",
+            "| x 1 node | " + " | ".join(f"{ms / base:.2f}" for ms in costs["verify_ms"]) + " |",
+            "",
+            "The ceiling of a method is the speedup it would reach with zero host overhead and no prefill: its "
+            "tokens per step x generate's ms per token (in the runs below: "
+            f"{_fmt(results.get('generate_ms_per_token'), '.2f')} ms, prefill excluded) / its mean ms per verify "
+            "forward in those runs; *of ceiling* is its mean speedup over that.",
+            "",
+        ])  # fmt: skip
     header = "| method | " + " | ".join(c[0] for c in COLUMNS) + " |"
     rule = "|" + "---|" * (len(COLUMNS) + 1)
 

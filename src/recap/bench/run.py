@@ -28,6 +28,7 @@ def run_bench(
     settings: dict[str, Any] | None = None,
     progress: bool = True,
     preset_memories: dict[str, Any] | None = None,
+    costs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run every method on every request and return the results (see report.aggregate).
 
@@ -39,7 +40,8 @@ def run_bench(
     it a fresh one per request. A peer from the model library (``hf-prompt-lookup``) that
     raises on a request is recorded under "failures" and left out of its aggregates; any
     other method raising is a bug and propagates. ``preset_memories`` maps a method name to the memory it
-    starts from (e.g. one loaded from a file).
+    starts from (e.g. one loaded from a file). ``costs`` (``costs.measure_costs``) adds the verification
+    cost table and each method's zero-overhead ceiling.
     """
     if memory not in ("warm", "cold"):
         raise ValueError(f"memory must be 'warm' or 'cold', got {memory!r}")
@@ -97,12 +99,15 @@ def run_bench(
                     "accepted_lengths": run.accepted_lengths,
                     "nodes": run.nodes,
                     "host_seconds": run.host_seconds,
+                    "verify_seconds": run.verify_seconds,
+                    "prefill_seconds": run.prefill_seconds,
                     "accepted_by_source": run.accepted_by_source,
                 }
             )
     bar.close()
     methods = [spec.name for spec in specs]
     results = aggregate(records, methods)
+    results["costs"] = costs
     results["settings"] = {
         "max_new_tokens": max_new_tokens,
         "memory": memory,

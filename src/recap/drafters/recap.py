@@ -100,12 +100,17 @@ class RecapDrafter:
         self.frequent = FrequentTokens(config.k)
         self._blocked_mask = np.zeros(memory.vocab_size, dtype=bool)
         self._blocked_mask[[t for t in blocked if 0 <= t < memory.vocab_size]] = True
-        self._use = np.asarray([False, *(o in config.key_orders for o in (1, 2, 3))])
+        # use[o]: key order o is used; use[0]: the persistent 2-/3-token rows are
+        self._use = np.asarray([config.persistent_context, *(o in config.key_orders for o in (1, 2, 3))])
+        # which memories a step writes: the token memory, the request's 2-/3-token tables, the persistent ones
+        use = self._use.tolist()
+        self._write = np.asarray([use[1], use[2], use[3], use[0] and use[2], use[0] and use[3]])
         self._fusion = drafting.FUSION_CODES[config.fusion]
         self._specificity = np.asarray(config.specificity, dtype=np.float64)
         self._hit_masses = np.asarray([config.hit_mass(d) for d in range(1, config.max_depth + 1)])
         self._calibrated = config.scoring == "calibrated"
         self._empty = np.zeros(0, dtype=np.int64)
+        self._no_costs = np.zeros(0, dtype=np.float64)
         self._root_context = np.full(3, -1, dtype=np.int64)
         self._cells = self._empty  # [N] calibration cell of each node of the last tree
 
@@ -179,16 +184,24 @@ class RecapDrafter:
         suffix, suffix_length = self._suffix_path()
         fallback_tokens, fallback_q = self.frequent.arrays() if cfg.frequency_fallback else (self._empty, self._empty)
         cell_probs = self.memory.calibration.probabilities()
+        budget, step_costs = cfg.node_budget, self._no_costs
+        if self.cost is not None:  # the size of this step: forced (probes, exploration) or chosen as built
+            forced = self.cost.plan()
+            if forced is None:
+                step_costs = self.cost.dense()
+            else:
+                budget = forced - 1
+        local, kept = self.context, self.memory.context
         with self.memory.lock:
-            tokens, parents, _, sources, _, probs, cells = drafting.build_tree(
-                context, self.memory.arrays, self.context[2].arrays, self.context[3].arrays, self._use,
-                self._fusion, self._specificity, fallback_tokens, fallback_q, cfg.node_budget, cfg.max_depth,
+            arrays = (local[2].arrays, local[3].arrays, kept[2].arrays, kept[3].arrays)
+            tokens, parents, _, sources, _, probs, cells, keep = drafting.build_tree(
+                context, self.memory.arrays, arrays, self._use,
+                self._fusion, self._specificity, fallback_tokens, fallback_q, budget, cfg.max_depth,
                 cfg.max_width, self._calibrated, self._hit_masses, cell_probs, self._blocked_mask,
-                suffix if self._calibrated else self._empty, suffix_length,
+                suffix if self._calibrated else self._empty, suffix_length, step_costs,
             )  # fmt: skip
-        keep = len(tokens)
-        if self.cost is not None:
-            keep = self.cost.choose(np.cumsum(probs))
+        if len(step_costs):
+            self.cost.picked(keep)
         if self._calibrated or not len(suffix):
             graft, graft_cells = self._empty, self._empty
         else:
@@ -204,22 +217,21 @@ class RecapDrafter:
     # -- learning ----------------------------------------------------------------------
     def observe(self, tree: DraftTree, topk: TopK, acceptance: Acceptance, committed: Sequence[int]) -> None:
         path = np.asarray(acceptance.path, dtype=np.int64)
-        nodes = path if self.config.write_scope == "committed" else np.arange(len(tree), dtype=np.int64)
-        if self._use[1]:
-            self.memory.write(tree.tokens[nodes], topk, rows=nodes)
-        if self._use[2] or self._use[3]:
-            keys2, keys3 = tables.node_context_keys(
-                tree.tokens, tree.parents, nodes, self._root_context[:2], self._blocked_mask
-            )
-            for order, keys in ((2, keys2), (3, keys3)):
-                if self._use[order]:
-                    self.context[order].write_packed(keys, nodes, topk)
-        if len(tree) > 1 and len(self._cells) == len(tree):
-            # candidates verified with their parent accepted: accepted or not, by cell
-            accepted = np.zeros(len(tree), dtype=bool)
-            accepted[path] = True
-            offered = accepted[tree.parents[1:]]
-            self.memory.calibration.update(self._cells[1:][offered], accepted[1:][offered])
+        local, kept, write = self.context, self.memory.context, self._write
+        rows = len(path) if self.config.write_scope == "committed" else len(tree)
+        cells = self._cells if len(self._cells) == len(tree) else self._empty
+        calibration = self.memory.calibration
+        with self.memory.lock, calibration.lock:
+            for table, on in zip((local[2], local[3], kept[2], kept[3]), write[1:]):
+                if on:
+                    table.reserve(rows)
+            arrays = (local[2].arrays, local[3].arrays, kept[2].arrays, kept[3].arrays)
+            added = tables.learn_tree(
+                tree.tokens, tree.parents, path, self.config.write_scope == "committed", self._root_context[:2],
+                self._blocked_mask, self.memory.arrays, arrays, write, topk.ids, topk.probs, cells, calibration.arrays,
+            )  # fmt: skip
+            for table, count in zip((local[2], local[3], kept[2], kept[3]), added.tolist()):
+                table.count += count
         text = collapse_runs(committed, self.blocked)
         self.suffix.extend(text)
         self.frequent.add([t for t in text if t not in self.blocked])

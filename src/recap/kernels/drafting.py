@@ -7,6 +7,7 @@ the trees are identical; the tests check that on many random memories.
 Memories are passed as tuples of arrays:
 - token memory: (ids [V, k] int32, probs [V, k] float32, kappa [V] float32, filled [V] bool)
 - a context table: (keys [cap] int64, ids [cap, k] int32, probs [cap, k] float32, kappa [cap] float32)
+- ``tables``: (request 2-token, request 3-token, persistent 2-token, persistent 3-token) context tables
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ from .tables import find, pack_key
 
 FIXED_WEIGHTS = np.array([0.70, 0.20, 0.10, 0.05])
 FUSION_CODES = {"entropy": 0, "fixed": 1, "strict": 2}
-SUFFIX, FREQUENCY = 4, 7  # recap.tree.Source values
+SUFFIX, FREQUENCY, PERSISTENT2, PERSISTENT3 = 4, 7, 8, 9  # recap.tree.Source values
+
+
+@njit
+def _row_source(order: int, persistent_row: bool) -> int:
+    if persistent_row:
+        return PERSISTENT2 if order == 2 else PERSISTENT3
+    return order
 
 
 @njit
@@ -28,9 +36,8 @@ def fuse_context(
     b: int,
     c: int,  # the context: c the node's token, b and a the two before (-1 where none)
     token_memory,
-    table2,
-    table3,
-    use: np.ndarray,  # [4] bool, use[o]: key order o is used
+    tables,  # (request 2-token, request 3-token, persistent 2-token, persistent 3-token) tables
+    use: np.ndarray,  # [4] bool: use[o] key order o; use[0] the persistent tables
     mode: int,
     specificity: np.ndarray,  # [3] float64
     fallback_tokens: np.ndarray,  # [F] int64, the frequency fallback (empty: off)
@@ -39,28 +46,29 @@ def fuse_context(
     out_q: np.ndarray,  # [>= 3k + 1] float64
     out_sources: np.ndarray,  # [>= 3k + 1] int64
 ) -> int:
-    """Fused candidates of a context, best first, into the ``out_*`` arrays; returns their count."""
+    """Fused candidates of a context, best first, into the ``out_*`` arrays; returns their count
+    (see ``recap.fusion.lookup_rows`` and ``fuse_rows``)."""
     mem_ids, mem_probs, mem_kappa, mem_filled = token_memory
     k = mem_ids.shape[1]
-    # rows present, most specific first: (order, table slot or token)
-    orders = np.empty(3, np.int64)
+    # rows found, most specific first: the table holding each (-1: the token memory), slot, source
+    which = np.empty(3, np.int64)
     slots = np.empty(3, np.int64)
+    sources = np.empty(3, np.int64)
     n_rows = 0
-    if use[3] and a >= 0 and b >= 0:
-        slot = find(table3[0], pack_key(a, b, c))
+    for order in (3, 2):
+        if not use[order] or b < 0 or (order == 3 and a < 0):
+            continue
+        key = pack_key(a if order == 3 else -1, b, c)
+        t = order - 2  # the request's table of this order
+        slot = find(tables[t][0], key)
+        if slot < 0 and use[0]:
+            t += 2  # the persistent one
+            slot = find(tables[t][0], key)
         if slot >= 0:
-            orders[n_rows] = 3
-            slots[n_rows] = slot
-            n_rows += 1
-    if use[2] and b >= 0:
-        slot = find(table2[0], pack_key(-1, b, c))
-        if slot >= 0:
-            orders[n_rows] = 2
-            slots[n_rows] = slot
+            which[n_rows], slots[n_rows], sources[n_rows] = t, slot, _row_source(order, t >= 2)
             n_rows += 1
     if use[1] and 0 <= c < mem_filled.shape[0] and mem_filled[c]:
-        orders[n_rows] = 1
-        slots[n_rows] = c
+        which[n_rows], slots[n_rows], sources[n_rows] = -1, c, 1
         n_rows += 1
     if n_rows == 0:
         for i in range(fallback_tokens.shape[0]):
@@ -68,27 +76,20 @@ def fuse_context(
             out_q[i] = fallback_q[i]
             out_sources[i] = FREQUENCY
         return fallback_tokens.shape[0]
-    if mode == 2 or n_rows == 1:
-        order, slot = orders[0], slots[0]
-        for i in range(k):
-            if order == 3:
-                out_tokens[i], out_q[i] = table3[1][slot, i], table3[2][slot, i]
-            elif order == 2:
-                out_tokens[i], out_q[i] = table2[1][slot, i], table2[2][slot, i]
-            else:
-                out_tokens[i], out_q[i] = mem_ids[slot, i], mem_probs[slot, i]
-            out_sources[i] = order
-        return k
     n = 0
     total = 0.0
-    for r in range(n_rows):
-        order, slot = orders[r], slots[r]
-        if order == 3:
-            ids, probs, kappa = table3[1][slot], table3[2][slot], table3[3][slot]
-        elif order == 2:
-            ids, probs, kappa = table2[1][slot], table2[2][slot], table2[3][slot]
-        else:
+    single = mode == 2 or n_rows == 1
+    for r in range(1 if single else n_rows):
+        t, slot, source = which[r], slots[r], sources[r]
+        if t < 0:
             ids, probs, kappa = mem_ids[slot], mem_probs[slot], mem_kappa[slot]
+        else:
+            ids, probs, kappa = tables[t][1][slot], tables[t][2][slot], tables[t][3][slot]
+        if single:  # the row as it is
+            for i in range(k):
+                out_tokens[i], out_q[i], out_sources[i] = ids[i], probs[i], source
+            return k
+        order = source if source <= 3 else source - 6
         if mode == 0:
             weight = specificity[order - 1] * np.float64(kappa)
         else:
@@ -105,7 +106,7 @@ def fuse_context(
             if found >= 0:
                 out_q[found] += mass
             else:
-                out_tokens[n], out_q[n], out_sources[n] = token, mass, order
+                out_tokens[n], out_q[n], out_sources[n] = token, mass, source
                 n += 1
     if total <= 0.0:
         total = 1.0
@@ -172,8 +173,7 @@ def _heap_pop(neg, cnt, par, rank, size) -> int:
 def build_tree(
     root_context: np.ndarray,  # [3] int64: two tokens before the root (-1 where none), the root
     token_memory,
-    table2,
-    table3,
+    tables,
     use: np.ndarray,
     mode: int,
     specificity: np.ndarray,
@@ -188,9 +188,10 @@ def build_tree(
     blocked: np.ndarray,  # [vocab] bool
     suffix: np.ndarray,  # [S] int64, the suffix-matched continuation (merged only when calibrated)
     suffix_length: int,
+    step_costs: np.ndarray,  # [budget + 2] float64 seconds per step by tree size, or empty: no choice
 ):
-    """The best-first tree in insertion order, as arrays of length n (see the reference):
-    (tokens, parents, depths, sources, scores, probs, cells, n)."""
+    """The best-first tree in insertion order, as arrays of length n, and the size chosen
+    (see the reference): (tokens, parents, depths, sources, scores, probs, cells, keep)."""
     size = budget + 1
     width = max_width
     k = token_memory[0].shape[1]
@@ -231,6 +232,10 @@ def build_tree(
     before1[0] = root_context[1]
     on_suffix[0] = 0 if (n_suffix > 0 and calibrated) else -1
     n = 1
+    choose = step_costs.shape[0] > 0
+    expected, best_rate, keep = 1.0, 0.0, 1
+    if choose:
+        best_rate = 1.0 / step_costs[1]
     expand = 0  # the node to expand next (each added node is expanded at once)
     while True:
         # -- expand node ``expand``: its candidates, best first, filtered, at most ``width``
@@ -239,7 +244,7 @@ def build_tree(
         if depth <= max_depth and n < size:  # (a node added last is not expanded: nothing follows)
             before2 = before1[parents[node]] if node > 0 else root_context[0]
             count = fuse_context(
-                before2, before1[node], tokens[node], token_memory, table2, table3, use, mode, specificity,
+                before2, before1[node], tokens[node], token_memory, tables, use, mode, specificity,
                 fallback_tokens, fallback_q, cand_tokens, cand_q, cand_sources,
             )  # fmt: skip
             for i in range(count):
@@ -321,8 +326,23 @@ def build_tree(
                 heap_neg, heap_cnt, heap_par, heap_rank, heap_size,
                 scores[parent] * offer_factors[parent, rank + 1], counter, parent, rank + 1,
             )  # fmt: skip
+        if choose:
+            expected += probs[node]
+            rate = expected / step_costs[n]
+            if rate >= best_rate:
+                best_rate, keep = rate, n
+            if calibrated:  # stop once no bigger tree can win, every further node at most this likely
+                improvable = False
+                for bigger in range(n + 1, size + 1):
+                    if (expected + probs[node] * (bigger - n)) / step_costs[bigger] >= best_rate:
+                        improvable = True
+                        break
+                if not improvable:
+                    break
         expand = node
-    return tokens[:n], parents[:n], depths[:n], sources[:n], scores[:n], probs[:n], cells[:n]
+    if not choose:
+        keep = n
+    return tokens[:n], parents[:n], depths[:n], sources[:n], scores[:n], probs[:n], cells[:n], keep
 
 
 @njit
@@ -427,7 +447,8 @@ def warm_up() -> None:
     )
     empty, one = np.zeros(0, np.int64), np.ones(1, np.int64)
     built = build_tree(
-        np.array([-1, -1, 1]), token_memory, table, table, np.ones(4, np.bool_), 0, np.ones(3), empty,
+        np.array([-1, -1, 1]), token_memory, (table, table, table, table), np.ones(4, np.bool_), 0, np.ones(3), empty,
         np.zeros(0), 4, 3, 2, True, np.ones(3), np.full(N_CELLS, 0.5), np.zeros(vocab, np.bool_), empty, 0,
+        np.ones(6),
     )  # fmt: skip
     layout(built[0], built[1], built[3], built[5], built[6], len(built[0]), one, np.ones(1), one)

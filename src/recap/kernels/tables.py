@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..topk import concentration_of_row
 from . import njit
+
+# the calibration's constants (recap.calibration imports this module's njit, so they live here)
+PRIOR_WEIGHT = 4.0  # pseudo-observations of the prior in each cell
+MAX_WEIGHT = 4096.0  # a cell's counts are halved past this, so old evidence fades
 
 TOKEN_BITS = 21
 MAX_TOKEN = (1 << TOKEN_BITS) - 1
@@ -189,7 +194,87 @@ def node_context_keys(
     return keys2, keys3
 
 
+@njit
+def _write_row(ids, probs, kappa, slot: int, row: int, top_ids, top_probs, row_kappa) -> None:
+    width = min(ids.shape[1], top_ids.shape[1])
+    for c in range(width):
+        ids[slot, c] = top_ids[row, c]
+        probs[slot, c] = top_probs[row, c]
+    for c in range(width, ids.shape[1]):
+        ids[slot, c] = 0
+        probs[slot, c] = 0.0
+    kappa[slot] = row_kappa
+
+
+@njit
+def learn_tree(
+    tokens: np.ndarray,  # [N] int64, the verified tree
+    parents: np.ndarray,  # [N] int64
+    path: np.ndarray,  # [m] int64, the accepted path (root first)
+    committed_only: bool,  # write the path's rows only (else every node's)
+    before_root: np.ndarray,  # [2] int64, the two tokens before the root (-1 where none)
+    blocked: np.ndarray,  # [vocab] bool
+    token_memory,  # (ids, probs, kappa, filled), or None-like empty arrays when ``write[0]`` is off
+    tables,  # (request 2-token, request 3-token, persistent 2-token, persistent 3-token)
+    write: np.ndarray,  # [5] bool: token memory, then each of ``tables``
+    top_ids: np.ndarray,  # [N, k'] int64
+    top_probs: np.ndarray,  # [N, k'] float32
+    cells: np.ndarray,  # [N] int64, calibration cell of each node (-1: none), or empty
+    calibration,  # (trials, hits, probs, prior) [N_CELLS] float64 each; the first three updated in place
+) -> np.ndarray:
+    """One step's learning in one call: each writing node's top-k row under its 1-, 2- and 3-token
+    keys along its own path (first occurrence wins within the step), and the calibration counts
+    of the candidates verified with their parent accepted. The caller holds the locks and has
+    reserved room in the tables. Returns the number of new keys per table [4]."""
+    n = tokens.shape[0]
+    on_path = np.zeros(n, np.bool_)
+    for i in range(path.shape[0]):
+        on_path[path[i]] = True
+    prev1 = np.empty(n, np.int64)
+    prev2 = np.empty(n, np.int64)
+    prev1[0], prev2[0] = before_root[1], before_root[0]
+    for i in range(1, n):
+        prev1[i] = tokens[parents[i]]
+        prev2[i] = prev1[parents[i]]
+    vocab = blocked.shape[0]
+    added = np.zeros(4, np.int64)
+    for i in range(n - 1, -1, -1):  # reverse: the first occurrence of a key is written last
+        if committed_only and not on_path[i]:
+            continue
+        t0, t1, t2 = tokens[i], prev1[i], prev2[i]
+        kappa = concentration_of_row(top_probs, i)
+        if write[0] and 0 <= t0 < token_memory[0].shape[0]:
+            _write_row(token_memory[0], token_memory[1], token_memory[2], t0, i, top_ids, top_probs, kappa)
+            token_memory[3][t0] = True
+        if t1 < 0 or (t0 < vocab and blocked[t0]) or (t1 < vocab and blocked[t1]):
+            continue
+        key2 = pack_key(-1, t1, t0)
+        key3 = EMPTY if (t2 < 0 or (t2 < vocab and blocked[t2])) else pack_key(t2, t1, t0)
+        for t in range(4):
+            key = key2 if t % 2 == 0 else key3
+            if write[t + 1] and key >= 0:
+                slot, new = _claim(tables[t][0], key)
+                added[t] += new
+                _write_row(tables[t][1], tables[t][2], tables[t][3], slot, i, top_ids, top_probs, kappa)
+    if cells.shape[0] == n:
+        trials, hits, probs, prior = calibration
+        for i in range(1, n):
+            cell = cells[i]
+            if cell >= 0 and on_path[parents[i]]:
+                trials[cell] += 1.0
+                if on_path[i]:
+                    hits[cell] += 1.0
+                if trials[cell] > MAX_WEIGHT:
+                    trials[cell] *= 0.5
+                    hits[cell] *= 0.5
+                probs[cell] = (hits[cell] + PRIOR_WEIGHT * prior[cell]) / (trials[cell] + PRIOR_WEIGHT)
+    return added
+
+
 def warm_up() -> None:
+    from ..topk import row_concentration
+
+    row_concentration(np.full((1, 2), 0.5, np.float32))
     keys = np.full(8, EMPTY, np.int64)
     ids, probs, kappa = np.zeros((8, 2), np.int32), np.zeros((8, 2), np.float32), np.zeros(8, np.float32)
     top_ids, top_probs, top_kappa = np.zeros((1, 2), np.int64), np.zeros((1, 2), np.float32), np.zeros(1, np.float32)
@@ -200,3 +285,10 @@ def warm_up() -> None:
            np.zeros((16, 2), np.float32), np.zeros(16, np.float32))  # fmt: skip
     write_token_rows(ids, probs, kappa, np.zeros(8, np.bool_), one, one, top_ids, top_probs, top_kappa)
     node_context_keys(np.zeros(2, np.int64), np.array([-1, 0]), np.arange(2), np.full(2, -1), np.zeros(8, np.bool_))
+    table = (keys, ids, probs, kappa)
+    learn_tree(
+        np.zeros(2, np.int64), np.array([-1, 0]), np.arange(1), False, np.full(2, -1), np.zeros(8, np.bool_),
+        (ids, probs, kappa, np.zeros(8, np.bool_)), (table, table, table, table), np.ones(5, np.bool_),
+        np.zeros((2, 2), np.int64), np.zeros((2, 2), np.float32), np.zeros(2, np.int64),
+        (np.zeros(3), np.zeros(3), np.zeros(3), np.zeros(3)),
+    )  # fmt: skip

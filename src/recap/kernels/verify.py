@@ -29,5 +29,19 @@ def accept_greedy(tokens: np.ndarray, parents: np.ndarray, depths: np.ndarray, a
     return path, argmax[last]
 
 
+@njit
+def ancestor_mask(parents: np.ndarray) -> np.ndarray:
+    """[N, N] bool: row i is True at i and at each ancestor of i (parents precede children)."""
+    n = parents.shape[0]
+    mask = np.zeros((n, n), np.bool_)
+    for i in range(n):
+        p = parents[i]
+        if p >= 0:
+            mask[i, :i] = mask[p, :i]
+        mask[i, i] = True
+    return mask
+
+
 def warm_up() -> None:
+    ancestor_mask(np.array([-1, 0]))
     accept_greedy(np.zeros(2, np.int64), np.array([-1, 0]), np.array([0, 1]), np.zeros(2, np.int64))
