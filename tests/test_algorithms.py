@@ -300,7 +300,7 @@ def test_recap_drafts_from_contextual_memory_and_never_drafts_blocked_tokens() -
     drafter.begin([1, 2, 3], [], None)
     # the 1-token memory says 3 -> 500 (blocked) or 7; the 3-token memory says (1,2,3) -> 9
     memory.write(np.asarray([3]), TopK(np.asarray([[500, 7]]), np.asarray([[0.9, 0.05]], np.float32)))
-    drafter.context[3].write_many([(1, 2, 3)], [([9, 8], [0.8, 0.1], 0.5)])
+    drafter.context[3].write_many([(1, 2, 3)], [([9, 8], [0.8, 0.1], 0.5)], stamp=drafter.stamp)
     tree = drafter.propose([1, 2, 3])
     tokens = tree.tokens.tolist()
     assert 500 not in tokens

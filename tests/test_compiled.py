@@ -101,23 +101,25 @@ class Memories:
 
     def __init__(self, rng: np.random.Generator, vocab: int, fill: float) -> None:
         self.token = TokenMemory(vocab, k=K)
-        # the request's tables and the persistent ones, as dicts and as compiled tables
+        # rows of this request (stamp 2) and kept from earlier ones (stamp 1): two dicts each for the
+        # reference, one stamped table each for the compiled code
         self.dicts = [{2: ContextMemory(2), 3: ContextMemory(3)} for _ in range(2)]
-        self.tables = [{2: ContextTable(2, K), 3: ContextTable(3, K)} for _ in range(2)]
+        self.tables = {2: ContextTable(2, K), 3: ContextTable(3, K)}
         known = np.nonzero(rng.random(vocab) < fill)[0]
         self.token.write(known, random_topk(rng, len(known), vocab))
-        for kind in (0, 1):
+        for kind, stamp in ((1, 1), (0, 2)):  # earlier requests first
             for order in (2, 3):
                 m = max(1, int(fill * vocab * 3))
                 keys = [tuple(int(t) for t in rng.integers(0, vocab, size=order)) for _ in range(m)]
                 rows = rows_of(random_topk(rng, m, vocab))
                 self.dicts[kind][order].write_many(keys, rows)
-                self.tables[kind][order].write_many(keys, rows)
+                self.tables[order].write_many(keys, rows, stamp=stamp)
+
+    stamp = 2
 
     @property
     def compiled_tables(self) -> tuple:
-        (local, kept) = self.tables
-        return local[2].arrays, local[3].arrays, kept[2].arrays, kept[3].arrays
+        return self.tables[2].arrays, self.tables[3].arrays
 
     def reference_candidates(self, orders, persistent, mode, specificity, fallback):
         def candidates(context):
@@ -146,6 +148,7 @@ def compiled_args(setting: dict) -> tuple:
     fallback = setting["fallback"]
     return (
         use,
+        Memories.stamp,
         drafting.FUSION_CODES[setting["mode"]],
         np.asarray(setting["specificity"]),
         np.asarray([t for t, _ in fallback], dtype=np.int64),

@@ -52,8 +52,10 @@ class TokenMemory:
         self.filled = np.zeros(vocab_size, dtype=bool)
         self.lock = threading.Lock()
         self.calibration = Calibration()
-        # RECAP's persistent 2-/3-token rows (RecapConfig.persistent_context), bounded; not saved to files
+        # RECAP's 2-/3-token rows when they are kept across requests (RecapConfig.persistent_context):
+        # each request stamps the rows it writes with its own stamp (``new_stamp``); bounded
         self.context = {order: ContextTable(order, k, max_keys=PERSISTENT_CONTEXT_KEYS) for order in (2, 3)}
+        self._stamp = 0
 
     def __repr__(self) -> str:
         return (
@@ -64,6 +66,12 @@ class TokenMemory:
     @property
     def rows_filled(self) -> int:
         return int(self.filled.sum())
+
+    def new_stamp(self) -> int:
+        """A stamp no request on this memory had before (rows loaded from a file have 0)."""
+        with self.lock:
+            self._stamp += 1
+            return self._stamp
 
     @property
     def nbytes(self) -> int:
@@ -111,6 +119,7 @@ class TokenMemory:
             out.ids[:], out.probs[:], out.kappa[:], out.filled[:] = self.ids, self.probs, self.kappa, self.filled
             for order, table in self.context.items():
                 out.context[order] = table.copy()
+            out._stamp = self._stamp  # the copy's next stamps stay clear of its rows' stamps
         out.calibration.set_counts(*self.calibration.counts())
         return out
 
@@ -155,7 +164,8 @@ class ContextTable:
     must be below 2**21.
 
     keys: [cap] int64 packed keys (``tables.EMPTY`` where free); ids [cap, k] int32, probs
-    [cap, k] float32, kappa [cap] float32. Grows (doubling) before it is half full; with
+    [cap, k] float32, kappa [cap] float32; stamps [cap] int64, the stamp of the request that
+    wrote each row (``TokenMemory.new_stamp``). Grows (doubling) before it is half full; with
     ``max_keys``, a write that would pass it clears the table first (a bounded memory that
     starts afresh rather than grow without end).
     """
@@ -172,13 +182,14 @@ class ContextTable:
         self.ids = np.zeros((capacity, self.k), dtype=np.int32)
         self.probs = np.zeros((capacity, self.k), dtype=np.float32)
         self.kappa = np.zeros(capacity, dtype=np.float32)
+        self.stamps = np.zeros(capacity, dtype=np.int64)
 
     def __len__(self) -> int:
         return self.count
 
     @property
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        return self.keys, self.ids, self.probs, self.kappa
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return self.keys, self.ids, self.probs, self.kappa, self.stamps
 
     def pack(self, key: Sequence[int]) -> int:
         if len(key) != self.order:
@@ -194,7 +205,7 @@ class ContextTable:
     def copy(self) -> ContextTable:
         out = ContextTable(self.order, self.k, max_keys=self.max_keys)
         out.count = self.count
-        out.keys, out.ids, out.probs, out.kappa = (a.copy() for a in self.arrays)
+        out.keys, out.ids, out.probs, out.kappa, out.stamps = (a.copy() for a in self.arrays)
         return out
 
     def reserve(self, extra: int) -> None:
@@ -210,15 +221,17 @@ class ContextTable:
         self._allocate(capacity)
         tables.rehash(*old, *self.arrays)
 
-    def write_packed(self, keys: np.ndarray, rows: np.ndarray, topk: TopK, kappa: np.ndarray | None = None) -> None:
-        """Write top-k rows ``rows`` [M] under packed ``keys`` [M] (EMPTY skips); within one
-        call the first occurrence of a key wins. ``kappa`` [N]: the rows' concentrations, if
-        known (else computed from ``topk``)."""
+    def write_packed(
+        self, keys: np.ndarray, rows: np.ndarray, topk: TopK, kappa: np.ndarray | None = None, stamp: int = 0
+    ) -> None:
+        """Write top-k rows ``rows`` [M] under packed ``keys`` [M] (EMPTY skips), stamped
+        ``stamp``; within one call the first occurrence of a key wins. ``kappa`` [N]: the rows'
+        concentrations, if known (else computed from ``topk``)."""
         self.reserve(len(keys))
         kappa = topk.concentration if kappa is None else np.ascontiguousarray(kappa, dtype=np.float32)
-        self.count += tables.write_context_rows(*self.arrays, keys, rows, topk.ids, topk.probs, kappa)
+        self.count += tables.write_context_rows(*self.arrays, keys, rows, topk.ids, topk.probs, kappa, stamp)
 
-    def write_many(self, keys: Sequence[Sequence[int]], rows: Sequence[Row]) -> None:
+    def write_many(self, keys: Sequence[Sequence[int]], rows: Sequence[Row], stamp: int = 0) -> None:
         """``ContextMemory.write_many``'s form: rows as (ids, probs, kappa) under token keys."""
         if not keys:
             return
@@ -228,7 +241,7 @@ class ContextTable:
         packed = np.asarray([self.pack(key) for key in keys], dtype=np.int64)
         self.reserve(len(packed))
         index = np.arange(len(packed), dtype=np.int64)
-        self.count += tables.write_context_rows(*self.arrays, packed, index, ids, probs, kappa)
+        self.count += tables.write_context_rows(*self.arrays, packed, index, ids, probs, kappa, stamp)
 
     def clear(self) -> None:
         if self.count:

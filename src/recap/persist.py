@@ -113,7 +113,7 @@ def _snapshot(memory: TokenMemory) -> tuple[dict[str, np.ndarray], dict[str, Any
         tensors["calibration_trials"], tensors["calibration_accepted"] = memory.calibration.counts()
         for order, table in memory.context.items():
             used = table.keys != EMPTY
-            for part, array in zip(("keys", "ids", "probs", "kappa"), table.arrays):
+            for part, array in zip(("keys", "ids", "probs", "kappa"), table.arrays[:4]):
                 tensors[f"context{order}_{part}"] = array[used].copy()
         method, k, vocab, fingerprint = memory.method, memory.k, memory.vocab_size, memory.fingerprint
     from . import __version__

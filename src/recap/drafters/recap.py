@@ -95,16 +95,20 @@ class RecapDrafter:
         self.memory = memory
         self.blocked = blocked
         self.cost = cost if config.adaptive_budget else None
-        self.context = {2: ContextTable(2, memory.k), 3: ContextTable(3, memory.k)}
+        # the 2-/3-token rows: the memory's shared tables when rows are kept across requests (this
+        # request's rows carry its stamp), else tables of this drafter's own, cleared per request
+        if config.persistent_context:
+            self.context = memory.context
+        else:
+            self.context = {2: ContextTable(2, memory.k), 3: ContextTable(3, memory.k)}
+        self.stamp = 1
         self.suffix = SuffixIndex()
         self.frequent = FrequentTokens(config.k)
         self._blocked_mask = np.zeros(memory.vocab_size, dtype=bool)
         self._blocked_mask[[t for t in blocked if 0 <= t < memory.vocab_size]] = True
         # use[o]: key order o is used; use[0]: the persistent 2-/3-token rows are
         self._use = np.asarray([config.persistent_context, *(o in config.key_orders for o in (1, 2, 3))])
-        # which memories a step writes: the token memory, the request's 2-/3-token tables, the persistent ones
-        use = self._use.tolist()
-        self._write = np.asarray([use[1], use[2], use[3], use[0] and use[2], use[0] and use[3]])
+        self._write = self._use[1:].copy()  # which memories a step writes: the token memory, 2-/3-token tables
         self._fusion = drafting.FUSION_CODES[config.fusion]
         self._specificity = np.asarray(config.specificity, dtype=np.float64)
         self._hit_masses = np.asarray([config.hit_mass(d) for d in range(1, config.max_depth + 1)])
@@ -133,8 +137,11 @@ class RecapDrafter:
         return positions
 
     def begin(self, prompt_ids: Sequence[int], positions: Sequence[int], prompt_topk: TopK | None) -> None:
-        for table in self.context.values():
-            table.clear()
+        if self.config.persistent_context:
+            self.stamp = self.memory.new_stamp()
+        else:
+            for table in self.context.values():
+                table.clear()
         if not self.config.persistent:
             self.memory.clear()
         if prompt_topk is not None and len(positions):
@@ -154,13 +161,15 @@ class RecapDrafter:
         parents = np.arange(-1, len(ids) - 1, dtype=np.int64)
         keys2, keys3 = tables.node_context_keys(ids, parents, at, np.full(2, -1, np.int64), self._blocked_mask)
         rows = np.arange(len(at), dtype=np.int64)
-        for order, keys in ((2, keys2), (3, keys3)):
-            if self._use[order]:
-                self.context[order].write_packed(keys, rows, topk)
+        with self.memory.lock:
+            for order, keys in ((2, keys2), (3, keys3)):
+                if self._use[order]:
+                    self.context[order].write_packed(keys, rows, topk, stamp=self.stamp)
 
     def end(self) -> None:
-        for table in self.context.values():
-            table.clear()
+        if not self.config.persistent_context:
+            for table in self.context.values():
+                table.clear()
 
     # -- drafting ----------------------------------------------------------------------
     def _suffix_path(self) -> tuple[np.ndarray, int]:
@@ -191,11 +200,10 @@ class RecapDrafter:
                 step_costs = self.cost.dense()
             else:
                 budget = forced - 1
-        local, kept = self.context, self.memory.context
         with self.memory.lock:
-            arrays = (local[2].arrays, local[3].arrays, kept[2].arrays, kept[3].arrays)
+            arrays = (self.context[2].arrays, self.context[3].arrays)
             tokens, parents, _, sources, _, probs, cells, keep = drafting.build_tree(
-                context, self.memory.arrays, arrays, self._use,
+                context, self.memory.arrays, arrays, self._use, self.stamp,
                 self._fusion, self._specificity, fallback_tokens, fallback_q, budget, cfg.max_depth,
                 cfg.max_width, self._calibrated, self._hit_masses, cell_probs, self._blocked_mask,
                 suffix if self._calibrated else self._empty, suffix_length, step_costs,
@@ -217,21 +225,20 @@ class RecapDrafter:
     # -- learning ----------------------------------------------------------------------
     def observe(self, tree: DraftTree, topk: TopK, acceptance: Acceptance, committed: Sequence[int]) -> None:
         path = np.asarray(acceptance.path, dtype=np.int64)
-        local, kept, write = self.context, self.memory.context, self._write
         rows = len(path) if self.config.write_scope == "committed" else len(tree)
         cells = self._cells if len(self._cells) == len(tree) else self._empty
         calibration = self.memory.calibration
+        pair = (self.context[2], self.context[3])
         with self.memory.lock, calibration.lock:
-            for table, on in zip((local[2], local[3], kept[2], kept[3]), write[1:]):
-                if on:
-                    table.reserve(rows)
-            arrays = (local[2].arrays, local[3].arrays, kept[2].arrays, kept[3].arrays)
+            for table in pair:
+                table.reserve(rows)
             added = tables.learn_tree(
                 tree.tokens, tree.parents, path, self.config.write_scope == "committed", self._root_context[:2],
-                self._blocked_mask, self.memory.arrays, arrays, write, topk.ids, topk.probs, cells, calibration.arrays,
+                self._blocked_mask, self.memory.arrays, (pair[0].arrays, pair[1].arrays), self._write, self.stamp,
+                topk.ids, topk.probs, cells, calibration.arrays,
             )  # fmt: skip
-            for table, count in zip((local[2], local[3], kept[2], kept[3]), added.tolist()):
-                table.count += count
+            pair[0].count += int(added[0])
+            pair[1].count += int(added[1])
         text = collapse_runs(committed, self.blocked)
         self.suffix.extend(text)
         self.frequent.add([t for t in text if t not in self.blocked])

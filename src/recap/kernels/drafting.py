@@ -6,8 +6,10 @@ the trees are identical; the tests check that on many random memories.
 
 Memories are passed as tuples of arrays:
 - token memory: (ids [V, k] int32, probs [V, k] float32, kappa [V] float32, filled [V] bool)
-- a context table: (keys [cap] int64, ids [cap, k] int32, probs [cap, k] float32, kappa [cap] float32)
-- ``tables``: (request 2-token, request 3-token, persistent 2-token, persistent 3-token) context tables
+- a context table: (keys [cap] int64, ids [cap, k] int32, probs [cap, k] float32, kappa [cap] float32,
+  stamps [cap] int64); ``tables`` = (2-token table, 3-token table). A row stamped with this request's
+  ``stamp`` is the request's own (source ORDER2/3); another stamp marks a row kept from an earlier
+  request (PERSISTENT2/3), used only when ``use[0]``.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ def fuse_context(
     b: int,
     c: int,  # the context: c the node's token, b and a the two before (-1 where none)
     token_memory,
-    tables,  # (request 2-token, request 3-token, persistent 2-token, persistent 3-token) tables
-    use: np.ndarray,  # [4] bool: use[o] key order o; use[0] the persistent tables
+    tables,  # (2-token table, 3-token table)
+    use: np.ndarray,  # [4] bool: use[o] key order o; use[0] rows kept from earlier requests
+    stamp: int,  # this request's stamp
     mode: int,
     specificity: np.ndarray,  # [3] float64
     fallback_tokens: np.ndarray,  # [F] int64, the frequency fallback (empty: off)
@@ -58,14 +61,13 @@ def fuse_context(
     for order in (3, 2):
         if not use[order] or b < 0 or (order == 3 and a < 0):
             continue
-        key = pack_key(a if order == 3 else -1, b, c)
-        t = order - 2  # the request's table of this order
-        slot = find(tables[t][0], key)
-        if slot < 0 and use[0]:
-            t += 2  # the persistent one
-            slot = find(tables[t][0], key)
-        if slot >= 0:
-            which[n_rows], slots[n_rows], sources[n_rows] = t, slot, _row_source(order, t >= 2)
+        t = order - 2
+        slot = find(tables[t][0], pack_key(a if order == 3 else -1, b, c))
+        if slot < 0:
+            continue
+        own = tables[t][4][slot] == stamp
+        if own or use[0]:
+            which[n_rows], slots[n_rows], sources[n_rows] = t, slot, _row_source(order, not own)
             n_rows += 1
     if use[1] and 0 <= c < mem_filled.shape[0] and mem_filled[c]:
         which[n_rows], slots[n_rows], sources[n_rows] = -1, c, 1
@@ -175,6 +177,7 @@ def build_tree(
     token_memory,
     tables,
     use: np.ndarray,
+    stamp: int,
     mode: int,
     specificity: np.ndarray,
     fallback_tokens: np.ndarray,
@@ -244,7 +247,7 @@ def build_tree(
         if depth <= max_depth and n < size:  # (a node added last is not expanded: nothing follows)
             before2 = before1[parents[node]] if node > 0 else root_context[0]
             count = fuse_context(
-                before2, before1[node], tokens[node], token_memory, tables, use, mode, specificity,
+                before2, before1[node], tokens[node], token_memory, tables, use, stamp, mode, specificity,
                 fallback_tokens, fallback_q, cand_tokens, cand_q, cand_sources,
             )  # fmt: skip
             for i in range(count):
@@ -444,10 +447,11 @@ def warm_up() -> None:
         np.zeros((8, k), np.int32),
         np.zeros((8, k), np.float32),
         np.zeros(8, np.float32),
+        np.zeros(8, np.int64),
     )
     empty, one = np.zeros(0, np.int64), np.ones(1, np.int64)
     built = build_tree(
-        np.array([-1, -1, 1]), token_memory, (table, table, table, table), np.ones(4, np.bool_), 0, np.ones(3), empty,
+        np.array([-1, -1, 1]), token_memory, (table, table), np.ones(4, np.bool_), 1, 0, np.ones(3), empty,
         np.zeros(0), 4, 3, 2, True, np.ones(3), np.full(N_CELLS, 0.5), np.zeros(vocab, np.bool_), empty, 0,
         np.ones(6),
     )  # fmt: skip

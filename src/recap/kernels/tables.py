@@ -1,10 +1,12 @@
 """Memory tables: open-addressing hash tables for the 2-/3-token keys, and row writes.
 
 A contextual key of up to three tokens is packed into one int64 (21 bits a token, so token
-ids up to 2**21 - 1), hashed with splitmix64 and probed linearly. A table is four arrays:
+ids up to 2**21 - 1), hashed with splitmix64 and probed linearly. A table is five arrays:
 ``keys`` [cap] int64 (``EMPTY`` where free), ``ids`` [cap, k] int32, ``probs`` [cap, k]
-float32, ``kappa`` [cap] float32; ``cap`` is a power of two and the owner grows the table
-before it gets half full, so a probe always ends. Reference: ``recap.memory.ContextMemory``.
+float32, ``kappa`` [cap] float32 and ``stamps`` [cap] int64, the request that wrote each row
+(so one table holds a request's own rows and, under other stamps, the rows kept from earlier
+requests); ``cap`` is a power of two and the owner grows the table before it gets half full,
+so a probe always ends. Reference: ``recap.memory.ContextMemory``.
 """
 
 from __future__ import annotations
@@ -80,14 +82,16 @@ def write_context_rows(
     ids: np.ndarray,  # [cap, k] int32
     probs: np.ndarray,  # [cap, k] float32
     kappa: np.ndarray,  # [cap] float32
+    stamps: np.ndarray,  # [cap] int64
     new_keys: np.ndarray,  # [M] int64, EMPTY to skip
     rows: np.ndarray,  # [M] int64, row of the top-k arrays written under each key
     top_ids: np.ndarray,  # [N, k'] int64
     top_probs: np.ndarray,  # [N, k'] float32
     top_kappa: np.ndarray,  # [N] float32
+    stamp: int,
 ) -> int:
-    """Write top-k rows under packed keys; within one call the first occurrence of a key wins
-    (written last). Returns how many keys were new."""
+    """Write top-k rows under packed keys, stamped; within one call the first occurrence of a
+    key wins (written last). Returns how many keys were new."""
     width = min(ids.shape[1], top_ids.shape[1])
     added = 0
     for j in range(new_keys.shape[0] - 1, -1, -1):
@@ -104,6 +108,7 @@ def write_context_rows(
             ids[slot, c] = 0
             probs[slot, c] = 0.0
         kappa[slot] = top_kappa[row]
+        stamps[slot] = stamp
     return added
 
 
@@ -113,10 +118,12 @@ def rehash(
     old_ids: np.ndarray,
     old_probs: np.ndarray,
     old_kappa: np.ndarray,
+    old_stamps: np.ndarray,
     keys: np.ndarray,
     ids: np.ndarray,
     probs: np.ndarray,
     kappa: np.ndarray,
+    stamps: np.ndarray,
 ) -> None:
     """Move every entry of the old arrays into the new (larger, empty) ones."""
     for old in range(old_keys.shape[0]):
@@ -127,6 +134,7 @@ def rehash(
         ids[slot] = old_ids[old]
         probs[slot] = old_probs[old]
         kappa[slot] = old_kappa[old]
+        stamps[slot] = old_stamps[old]
 
 
 @njit
@@ -214,9 +222,10 @@ def learn_tree(
     committed_only: bool,  # write the path's rows only (else every node's)
     before_root: np.ndarray,  # [2] int64, the two tokens before the root (-1 where none)
     blocked: np.ndarray,  # [vocab] bool
-    token_memory,  # (ids, probs, kappa, filled), or None-like empty arrays when ``write[0]`` is off
-    tables,  # (request 2-token, request 3-token, persistent 2-token, persistent 3-token)
-    write: np.ndarray,  # [5] bool: token memory, then each of ``tables``
+    token_memory,  # (ids, probs, kappa, filled)
+    tables,  # (2-token table, 3-token table)
+    write: np.ndarray,  # [3] bool: the token memory, the 2-token table, the 3-token table
+    stamp: int,  # stamped on the rows written to the tables
     top_ids: np.ndarray,  # [N, k'] int64
     top_probs: np.ndarray,  # [N, k'] float32
     cells: np.ndarray,  # [N] int64, calibration cell of each node (-1: none), or empty
@@ -225,7 +234,7 @@ def learn_tree(
     """One step's learning in one call: each writing node's top-k row under its 1-, 2- and 3-token
     keys along its own path (first occurrence wins within the step), and the calibration counts
     of the candidates verified with their parent accepted. The caller holds the locks and has
-    reserved room in the tables. Returns the number of new keys per table [4]."""
+    reserved room in the tables. Returns the number of new keys per table [2]."""
     n = tokens.shape[0]
     on_path = np.zeros(n, np.bool_)
     for i in range(path.shape[0]):
@@ -237,7 +246,7 @@ def learn_tree(
         prev1[i] = tokens[parents[i]]
         prev2[i] = prev1[parents[i]]
     vocab = blocked.shape[0]
-    added = np.zeros(4, np.int64)
+    added = np.zeros(2, np.int64)
     for i in range(n - 1, -1, -1):  # reverse: the first occurrence of a key is written last
         if committed_only and not on_path[i]:
             continue
@@ -250,12 +259,14 @@ def learn_tree(
             continue
         key2 = pack_key(-1, t1, t0)
         key3 = EMPTY if (t2 < 0 or (t2 < vocab and blocked[t2])) else pack_key(t2, t1, t0)
-        for t in range(4):
-            key = key2 if t % 2 == 0 else key3
+        for t in range(2):
+            key = key2 if t == 0 else key3
             if write[t + 1] and key >= 0:
-                slot, new = _claim(tables[t][0], key)
+                table = tables[t]
+                slot, new = _claim(table[0], key)
                 added[t] += new
-                _write_row(tables[t][1], tables[t][2], tables[t][3], slot, i, top_ids, top_probs, kappa)
+                _write_row(table[1], table[2], table[3], slot, i, top_ids, top_probs, kappa)
+                table[4][slot] = stamp
     if cells.shape[0] == n:
         trials, hits, probs, prior = calibration
         for i in range(1, n):
@@ -275,20 +286,19 @@ def warm_up() -> None:
     from ..topk import row_concentration
 
     row_concentration(np.full((1, 2), 0.5, np.float32))
-    keys = np.full(8, EMPTY, np.int64)
-    ids, probs, kappa = np.zeros((8, 2), np.int32), np.zeros((8, 2), np.float32), np.zeros(8, np.float32)
+    table = (np.full(8, EMPTY, np.int64), np.zeros((8, 2), np.int32), np.zeros((8, 2), np.float32),
+             np.zeros(8, np.float32), np.zeros(8, np.int64))  # fmt: skip
+    bigger = tuple(np.concatenate([a, a]) for a in table)
     top_ids, top_probs, top_kappa = np.zeros((1, 2), np.int64), np.zeros((1, 2), np.float32), np.zeros(1, np.float32)
     one = np.zeros(1, np.int64)
-    write_context_rows(keys, ids, probs, kappa, one + pack_key(-1, 1, 2), one, top_ids, top_probs, top_kappa)
-    find(keys, pack_key(1, 2, 3))
-    rehash(keys, ids, probs, kappa, np.full(16, EMPTY, np.int64), np.zeros((16, 2), np.int32),
-           np.zeros((16, 2), np.float32), np.zeros(16, np.float32))  # fmt: skip
-    write_token_rows(ids, probs, kappa, np.zeros(8, np.bool_), one, one, top_ids, top_probs, top_kappa)
+    write_context_rows(*table, one + pack_key(-1, 1, 2), one, top_ids, top_probs, top_kappa, 1)
+    find(table[0], pack_key(1, 2, 3))
+    rehash(*table, *bigger)
+    write_token_rows(table[1], table[2], table[3], np.zeros(8, np.bool_), one, one, top_ids, top_probs, top_kappa)
     node_context_keys(np.zeros(2, np.int64), np.array([-1, 0]), np.arange(2), np.full(2, -1), np.zeros(8, np.bool_))
-    table = (keys, ids, probs, kappa)
     learn_tree(
         np.zeros(2, np.int64), np.array([-1, 0]), np.arange(1), False, np.full(2, -1), np.zeros(8, np.bool_),
-        (ids, probs, kappa, np.zeros(8, np.bool_)), (table, table, table, table), np.ones(5, np.bool_),
+        (table[1], table[2], table[3], np.zeros(8, np.bool_)), (table, table), np.ones(3, np.bool_), 1,
         np.zeros((2, 2), np.int64), np.zeros((2, 2), np.float32), np.zeros(2, np.int64),
         (np.zeros(3), np.zeros(3), np.zeros(3), np.zeros(3)),
     )  # fmt: skip
