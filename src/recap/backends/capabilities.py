@@ -171,17 +171,17 @@ def tree_support(model: torch.nn.Module) -> TreeSupport:
             "Load the model with attn_implementation='sdpa' (or 'eager').",
         )
     _check_decoder_only(model.config, model)
-    if "position_ids" not in inspect.signature(model.forward).parameters:
-        raise _refuse(
-            model,
-            "its forward takes no position_ids, so draft-tree nodes cannot be placed at their depth",
-            USE_GENERATE,
-        )
     if _uses_alibi(model):
         raise _refuse(
             model,
             "it uses ALiBi, a bias the model computes from cache slots or a 2-D mask, which gives the nodes of "
             "a tree's side branches the distances of their slots instead of their positions",
+            USE_GENERATE,
+        )
+    if "position_ids" not in inspect.signature(model.forward).parameters:
+        raise _refuse(
+            model,
+            "its forward takes no position_ids, so draft-tree nodes cannot be placed at their depth",
             USE_GENERATE,
         )
     return check_config(model.config, model)

@@ -121,8 +121,10 @@ class HFTarget:
     def prefill(self, inputs: Mapping[str, torch.Tensor], positions: Sequence[int]) -> tuple[int, TopK | None]:
         """Run the prompt (and images); return the first new token and the top-k at
         ``positions`` of the prompt (None if no positions were asked for)."""
-        inputs = {
-            key: value.to(self.device) if isinstance(value, torch.Tensor) else value for key, value in inputs.items()
+        inputs = {  # labels (some processors return them) are a training input, not a prompt's
+            key: value.to(self.device) if isinstance(value, torch.Tensor) else value
+            for key, value in inputs.items()
+            if key != "labels"
         }
         length = int(inputs["input_ids"].shape[1])
         keep = torch.tensor([*positions, length - 1], device=self.device) if positions else 1
