@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from families import tiny_text_config
 from tiny_models import build
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import LlamaForCausalLM
 
 import recap
 from recap import InputError, TokenMemory, UnsupportedGenerationError, UnsupportedModelError
@@ -43,16 +44,14 @@ def test_generation_config_that_changes_greedy_output_is_refused(llama) -> None:
         model.generation_config.repetition_penalty = 1.0
 
 
-def test_unsupported_architecture_and_attention_are_refused(llama) -> None:
-    config = GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=50)
-    gpt2 = GPT2LMHeadModel(config).eval()
-    inputs = {"input_ids": torch.tensor([[1, 2, 3]])}
-    with pytest.raises(UnsupportedModelError, match="'gpt2'.*not supported.*qwen2_5_vl"):
-        recap.generate(gpt2, inputs)
-    model, _ = llama
+def test_flash_attention_is_refused_with_what_to_do(llama) -> None:
+    model, tok = llama
+    inputs = tok("the w1 w2", return_tensors="pt")
     model.config._attn_implementation = "flash_attention_2"
     try:
-        with pytest.raises(UnsupportedModelError, match="attn_implementation='sdpa'"):
+        with pytest.raises(
+            UnsupportedModelError, match="'flash_attention_2' cannot take a tree mask.*attn_implementation='sdpa'"
+        ):
             recap.generate(model, inputs)
     finally:
         model.config._attn_implementation = "sdpa"
@@ -80,3 +79,67 @@ def test_memory_of_another_method_or_vocabulary_is_refused(llama) -> None:
         recap.generate(model, inputs, memory=TokenMemory(vocab, method="token_recycling"))
     with pytest.raises(ValueError, match="vocabulary of 7 tokens"):
         recap.generate(model, inputs, memory=TokenMemory(7))
+
+
+def reference(model, inputs, n: int) -> list[int]:
+    with torch.inference_mode():
+        out = model.generate(**inputs, do_sample=False, max_new_tokens=n)
+    return out[0, inputs["input_ids"].shape[1] :].tolist()
+
+
+def test_float_input_ids_are_refused(llama) -> None:
+    model, tok = llama
+    inputs = tok("the w1 w2", return_tensors="pt")
+    with pytest.raises(InputError, match=r"integer token ids, got dtype torch.float32.*input_ids.long\(\)"):
+        recap.generate(model, {"input_ids": inputs["input_ids"].float()})
+
+
+def test_out_of_vocabulary_ids_are_refused(llama) -> None:
+    model, tok = llama
+    vocab = model.get_input_embeddings().num_embeddings
+    for bad in (vocab, vocab + 100, -1):
+        with pytest.raises(InputError, match=rf"input_ids\[0, 1\] = {bad} is outside the model's vocabulary"):
+            recap.generate(model, {"input_ids": torch.tensor([[5, bad, 6]])})
+
+
+def test_an_attention_mask_of_another_length_is_refused(llama) -> None:
+    model, tok = llama
+    inputs = tok("the w1 w2", return_tensors="pt")
+    for mask in (torch.ones(1, 2, dtype=torch.long), torch.ones(1, 5, dtype=torch.long), torch.ones(3)):
+        with pytest.raises(InputError, match=r"attention_mask has shape .* but input_ids has \(1, 3\)"):
+            recap.generate(model, dict(inputs, attention_mask=mask))
+
+
+def test_user_position_ids_are_honoured_as_generate_does() -> None:
+    config = tiny_text_config("llama", initializer_range=0.3)  # weights large enough for positions to matter
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    inputs = {"input_ids": torch.tensor([[9, 4, 5, 6, 14, 18]]), "attention_mask": torch.ones(1, 6, dtype=torch.long)}
+    plain = reference(model, inputs, 60)
+    for gap in (0, 40, 300):  # positions 0 1 2 then a jump: RoPE sees the gap (a uniform shift it would not)
+        positions = torch.tensor([[0, 1, 2, 3 + gap, 4 + gap, 5 + gap]])
+        given = dict(inputs, position_ids=positions)
+        expected = reference(model, given, 60)
+        assert (expected == plain) == (gap == 0), "the gap must change generate's tokens, else the test has no power"
+        for method in ("ar", "recap"):
+            assert recap.generate(model, given, method, 60).token_ids == expected, (gap, method)
+    with pytest.raises(InputError, match=r"position_ids has shape \(1, 2\).*\(1, 6\)"):
+        recap.generate(model, dict(inputs, position_ids=torch.arange(2).view(1, -1)))
+
+
+def test_a_model_in_train_mode_decodes_in_eval_mode_and_is_restored() -> None:
+    config = tiny_text_config("llama", initializer_range=0.3, attention_dropout=0.5)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    inputs = {"input_ids": torch.tensor([[9, 4, 5, 6, 14, 18]])}
+    expected = reference(model, inputs, 40)
+    model.train()
+    model.model.layers[0].eval()  # a submodule the user froze stays in eval mode
+    with torch.no_grad():  # dropout runs in train mode, so decoding in it would give other tokens
+        assert not torch.equal(model(**inputs).logits, model(**inputs).logits)
+    for method in ("ar", "recap"):
+        assert recap.generate(model, inputs, method, 40).token_ids == expected
+    assert model.training and model.model.layers[1].training and model.model.layers[1].self_attn.training
+    assert not model.model.layers[0].training and not model.model.layers[0].self_attn.training

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -102,7 +104,7 @@ def _check_generation(model: torch.nn.Module, do_sample: bool, num_beams: int) -
             )
 
 
-def _check_inputs(inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+def _check_inputs(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
     if not isinstance(inputs, Mapping) or "input_ids" not in inputs:
         raise InputError(
             "inputs must be the mapping a processor or tokenizer returns (with input_ids), return_tensors='pt'"
@@ -117,22 +119,93 @@ def _check_inputs(inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         )
     if input_ids.shape[1] == 0:
         raise InputError("input_ids is empty: give the model a prompt")
+    if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
+        raise InputError(
+            f"input_ids must hold integer token ids, got dtype {input_ids.dtype}: pass the tokenizer's output "
+            "unchanged, or convert with input_ids.long()"
+        )
+    if input_ids.is_meta:
+        raise InputError("input_ids is on the 'meta' device (it has no values): pass real token ids")
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    vocab = getattr(embeddings, "num_embeddings", None)
+    if vocab is not None:
+        bad = (input_ids < 0) | (input_ids >= vocab)
+        if bool(bad.any()):
+            where = int(bad[0].nonzero()[0, 0])
+            raise InputError(
+                f"input_ids[0, {where}] = {int(input_ids[0, where])} is outside the model's vocabulary "
+                f"(0..{vocab - 1}): "
+                "the inputs were made by another model's tokenizer, or the embeddings were not resized "
+                "after adding tokens (model.resize_token_embeddings(len(tokenizer)))"
+            )
+    length = input_ids.shape[1]
     mask = inputs.get("attention_mask")
-    if mask is not None and not bool(torch.all(mask == 1)):
-        raise InputError("the attention_mask has padding; pass the single prompt without padding")
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != (1, length):
+            shape = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
+            raise InputError(
+                f"the attention_mask has shape {shape} but input_ids has (1, {length}): pass the mask the "
+                "tokenizer returned with these input_ids, or none"
+            )
+        if not bool(torch.all(mask == 1)):
+            raise InputError("the attention_mask has padding; pass the single prompt without padding")
+    positions = inputs.get("position_ids")
+    if positions is not None:
+        if (
+            not isinstance(positions, torch.Tensor)
+            or positions.dtype.is_floating_point
+            or positions.ndim not in (2, 3)
+            or positions.shape[-1] != length
+            or positions.shape[-2] != 1
+        ):
+            shape = tuple(positions.shape) if isinstance(positions, torch.Tensor) else type(positions).__name__
+            raise InputError(
+                f"position_ids has shape {shape}; recap takes integer position_ids of shape (1, {length}) "
+                f"(or (R, 1, {length}) for M-RoPE models), as generate does, or none"
+            )
     return input_ids
 
 
-def _check_length(model: torch.nn.Module, total: int) -> None:
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    window = getattr(config, "sliding_window", None)
-    if window and getattr(config, "use_sliding_window", True) and total > window:
-        raise UnsupportedGenerationError(
-            f"prompt + max_new_tokens = {total} exceeds the sliding window ({window}); recap's tree mask does "
-            "not implement sliding-window attention. Shorten the request."
-        )
+_eval_lock = threading.Lock()
+_eval_users: weakref.WeakKeyDictionary[torch.nn.Module, list] = weakref.WeakKeyDictionary()
 
 
+@contextlib.contextmanager
+def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    """Decode in eval mode (no dropout) and give every submodule its own train/eval flag
+    back afterwards; concurrent calls on one model restore it once, when the last ends."""
+    if not isinstance(model, torch.nn.Module):
+        yield
+        return
+    with _eval_lock:
+        users = _eval_users.get(model)
+        if users is None:
+            flags = [(module, module.training) for module in model.modules()]
+            users = _eval_users[model] = [0, flags if any(flag for _, flag in flags) else None]
+            if users[1] is not None:
+                model.eval()
+        users[0] += 1
+    try:
+        yield
+    finally:
+        with _eval_lock:
+            users[0] -= 1
+            if users[0] == 0:
+                del _eval_users[model]
+                for module, flag in users[1] or ():
+                    module.training = flag
+
+
+def _in_eval_mode(generate_fn):
+    @functools.wraps(generate_fn)
+    def wrapper(model, *args, **kwargs):
+        with _eval_mode(model):
+            return generate_fn(model, *args, **kwargs)
+
+    return wrapper
+
+
+@_in_eval_mode
 def generate(
     model: torch.nn.Module,
     inputs: Mapping[str, torch.Tensor],
@@ -158,8 +231,7 @@ def generate(
     config = config or RecapConfig()
     check_supported(model)
     _check_generation(model, do_sample, num_beams)
-    input_ids = _check_inputs(inputs)
-    _check_length(model, input_ids.shape[1] + max_new_tokens)
+    input_ids = _check_inputs(model, inputs)
     if method in PERSISTENT_METHODS:
         k = memory_k(method, config)
         if memory is None:

@@ -8,10 +8,9 @@ from typing import Any
 import torch
 from PIL import Image
 
-from .backends.hf import MROPE_MODEL_TYPES, SUPPORTED_MODEL_TYPES
+from .backends.capabilities import check_config, tree_support
 from .errors import InputError, UnsupportedModelError
 
-VLM_MODEL_TYPES = (*MROPE_MODEL_TYPES, "llava", "llava_next")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -51,15 +50,16 @@ def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto") -> 
             f"{name_or_path!r} is neither an embedded model ({', '.join(zoo.NAMES) or 'none'}), nor a local "
             "directory, nor a hub id (owner/name)."
         )
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
     config = AutoConfig.from_pretrained(name_or_path)
-    if config.model_type not in SUPPORTED_MODEL_TYPES:
-        raise UnsupportedModelError(
-            f"model type {config.model_type!r} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
-        )
+    check_config(config)  # refuse what the config alone shows (e.g. recurrent layers) before loading weights
     torch_device = resolve_device(device)
-    cls = AutoModelForImageTextToText if config.model_type in VLM_MODEL_TYPES else AutoModelForCausalLM
+    image_text = config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+    cls = AutoModelForImageTextToText if image_text else AutoModelForCausalLM
     model = cls.from_pretrained(name_or_path, dtype=resolve_dtype(dtype, torch_device), attn_implementation="sdpa")
     model = model.to(torch_device).eval()
+    tree_support(model)
     from .zoo.processors import register
 
     register()  # lets a saved tiny Qwen2.5-VL folder load its image-only processor

@@ -1,8 +1,8 @@
 """Tree verification on Hugging Face transformers models (5.x): masks, positions, cache.
 
-Supported and tested: Qwen2.5-VL, Qwen2-VL (M-RoPE), LLaVA-1.5, LLaVA-NeXT and the
-decoder-only causal LMs listed in ``SUPPORTED_MODEL_TYPES``. No model file is forked: the
-tree is verified through the model's own forward with a 4-D mask and explicit positions.
+Any decoder-only model with the capabilities in ``capabilities.py`` is verified (the README's
+family table lists the tested ones). No model file is forked: the tree is verified through the
+model's own forward with a 4-D mask, explicit positions and a cache recap owns.
 """
 
 from __future__ import annotations
@@ -17,17 +17,14 @@ import torch
 from ..errors import UnsupportedModelError
 from ..topk import TopK
 from ..tree import DraftTree
-
-MROPE_MODEL_TYPES = ("qwen2_5_vl", "qwen2_vl")
-SUPPORTED_MODEL_TYPES = (*MROPE_MODEL_TYPES, "llava", "llava_next", "llama", "mistral", "qwen2", "qwen3")
-SUPPORTED_ATTENTION = ("sdpa", "eager")
+from .capabilities import AttentionKind, TreeSupport, tree_support
 
 _prefill_locks: weakref.WeakKeyDictionary[torch.nn.Module, threading.Lock] = weakref.WeakKeyDictionary()
 _registry_lock = threading.Lock()
 
 
 def _prefill_lock(model: torch.nn.Module) -> threading.Lock:
-    """A lock per model: Qwen's rope_deltas is state on the model, set by each prefill."""
+    """A lock per model: M-RoPE models keep rope_deltas as state on the model, set at prefill."""
     with _registry_lock:
         lock = _prefill_locks.get(model)
         if lock is None:
@@ -54,22 +51,44 @@ def image_token_ids(model: torch.nn.Module) -> frozenset[int]:
     return frozenset(ids)
 
 
-def check_supported(model: torch.nn.Module) -> None:
-    """Raise ``UnsupportedModelError`` unless the model is one we verify against."""
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise UnsupportedModelError(
-            f"model type {model_type!r} ({type(model).__name__}) is not supported: recap verifies draft "
-            f"trees only on architectures it is tested against: {', '.join(SUPPORTED_MODEL_TYPES)}."
-        )
-    attention = getattr(model.config, "_attn_implementation", None) or "eager"
-    if attention not in SUPPORTED_ATTENTION:
-        raise UnsupportedModelError(
-            f"attention implementation {attention!r} cannot take a tree mask: load the model with "
-            f"attn_implementation='sdpa' (or 'eager')."
-        )
-    if not hasattr(model, "get_output_embeddings"):
-        raise UnsupportedModelError(f"{type(model).__name__} is not a generative model with an lm_head")
+def check_supported(model: torch.nn.Module) -> TreeSupport:
+    """Raise ``UnsupportedModelError`` unless the model has what tree verification needs."""
+    return tree_support(model)
+
+
+def _new_cache(model: torch.nn.Module):
+    """The model's own DynamicCache, except that sliding-window and chunked layers keep every
+    entry (plain ``DynamicLayer``): recap applies their window in its mask, and a layer that
+    dropped old entries could not be cropped back or re-indexed."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
+
+    cache = DynamicCache(config=model.config)
+    for i, layer in enumerate(cache.layers):
+        if isinstance(layer, DynamicSlidingWindowLayer):
+            cache.layers[i] = DynamicLayer()
+    return cache
+
+
+def _generation_positions(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """The position_ids ``generate`` gives the prompt: the user's, else the model's own rule
+    (arange, or M-RoPE's [3 or 4, 1, L] from the image grid). Shape [1, L] or [R, 1, L]."""
+    given = inputs.get("position_ids")
+    if given is not None:
+        return given
+    prepare = getattr(model, "_prepare_position_ids_for_generation", None)
+    if prepare is None:
+        return torch.arange(inputs["input_ids"].shape[1], device=inputs["input_ids"].device).view(1, -1)
+    return prepare(inputs["input_ids"], dict(inputs))
+
+
+def _kind_blocked(kind: AttentionKind, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor | None:
+    """[N, L + N] bool: keys outside ``kind``'s window (None for full attention). ``query`` [N]
+    and ``key`` [L + N] are sequence indices (a node's is L + its depth)."""
+    if kind.window is None:
+        return None
+    if kind.layer_type == "chunked_attention":
+        return (key[None, :] // kind.window) != (query[:, None] // kind.window)
+    return query[:, None] - key[None, :] >= kind.window
 
 
 def _topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -87,33 +106,40 @@ class HFTarget:
     """
 
     def __init__(self, model: torch.nn.Module, k: int) -> None:
-        check_supported(model)
+        self.support = check_supported(model)
         self.model = model
         self.k = k
-        self.mrope = model.config.model_type in MROPE_MODEL_TYPES
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.cache = None
         self.length = 0
-        self.rope_delta = 0
+        # position of the node at cache slot s and depth 0 is s + position_base; [1, 1] or
+        # [R, 1, 1] (R rows of M-RoPE positions)
+        self.position_base = torch.zeros((1, 1), dtype=torch.long, device=self.device)
         self._pending = 0
 
     def prefill(self, inputs: Mapping[str, torch.Tensor], positions: Sequence[int]) -> tuple[int, TopK | None]:
         """Run the prompt (and images); return the first new token and the top-k at
         ``positions`` of the prompt (None if no positions were asked for)."""
-        inputs = {
-            key: value.to(self.device) if isinstance(value, torch.Tensor) else value for key, value in inputs.items()
+        inputs = {  # labels (some processors return them) are a training input, not a prompt's
+            key: value.to(self.device) if isinstance(value, torch.Tensor) else value
+            for key, value in inputs.items()
+            if key != "labels"
         }
         length = int(inputs["input_ids"].shape[1])
         keep = torch.tensor([*positions, length - 1], device=self.device) if positions else 1
+        cache = _new_cache(self.model)
         with torch.inference_mode(), _prefill_lock(self.model):
-            if self.mrope:
-                self.model.model.rope_deltas = None
-            out = self.model(**inputs, use_cache=True, logits_to_keep=keep)
-            if self.mrope:
-                delta = self.model.model.rope_deltas
-                self.rope_delta = int(delta.reshape(-1)[0]) if delta is not None else 0
-        self.cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+            inputs["position_ids"] = position_ids = _generation_positions(self.model, inputs)
+            out = self.model(**inputs, cache=cache, use_cache=True, logits_to_keep=keep)
+        if getattr(out, "cache", None) is not cache:
+            raise UnsupportedModelError(
+                f"{type(self.model).__name__} (model type {self.model.config.model_type!r}) cannot verify draft "
+                f"trees: it keeps its own {type(getattr(out, 'cache', None)).__name__} instead of the cache recap "
+                "passes, so recap cannot crop or re-index it. Use model.generate for this model."
+            )
+        self.cache = cache
+        self.position_base = position_ids[..., -1:] + (1 - length)
         self.length = length
         logits = out.logits[0]  # [P + 1, V]
         first = int(logits[-1].argmax())
@@ -128,12 +154,10 @@ class HFTarget:
         n, length = len(tree), self.length
         device = self.device
         input_ids = torch.from_numpy(tree.tokens).to(device).view(1, n)
-        positions = torch.from_numpy(tree.depths + (length + self.rope_delta)).to(device)
-        position_ids = positions.view(1, 1, n).expand(3, 1, n) if self.mrope else positions.view(1, n)
-        blocked = torch.from_numpy(~tree.ancestor_mask()).to(device)
-        mask = torch.zeros((1, 1, n, length + n), dtype=self.dtype, device=device)
-        mask[0, 0, :, length:].masked_fill_(blocked, torch.finfo(self.dtype).min)
+        depths = torch.from_numpy(tree.depths).to(device)
+        position_ids = self.position_base + (length + depths)  # [1, N] or [R, 1, N]
         with torch.inference_mode():
+            mask = self._tree_mask(tree, depths)
             out = self.model(
                 input_ids=input_ids, attention_mask=mask, position_ids=position_ids, cache=self.cache, use_cache=True
             )
@@ -144,6 +168,22 @@ class HFTarget:
             probs = probs.cpu().numpy()
         self._pending = n
         return ids_and_greedy[:, 0], TopK(ids_and_greedy[:, 1:], probs)
+
+    def _tree_mask(self, tree: DraftTree, depths: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
+        """Additive [1, 1, N, L + N] mask: a node sees the committed prefix and its ancestors
+        (within its layers' window); one per attention kind, keyed by layer type if several."""
+        n, length, device = len(tree), self.length, self.device
+        blocked = torch.zeros((n, length + n), dtype=torch.bool, device=device)
+        blocked[:, length:] = torch.from_numpy(~tree.ancestor_mask()).to(device)
+        query = length + depths
+        key = torch.cat([torch.arange(length, device=device), query])
+        masks = {}
+        for kind in self.support.kinds:
+            outside = _kind_blocked(kind, query, key)
+            kind_blocked = blocked if outside is None else blocked | outside
+            mask = torch.zeros((1, 1, n, length + n), dtype=self.dtype, device=device)
+            masks[kind.layer_type] = mask.masked_fill_(kind_blocked, torch.finfo(self.dtype).min)
+        return masks if self.support.by_type else next(iter(masks.values()))
 
     def commit(self, path: Sequence[int]) -> None:
         """Keep the cache entries of the accepted ``path`` (node indices, root first; empty
