@@ -11,10 +11,14 @@ $(VENV)/.installed: pyproject.toml scripts/setup-venv.sh
 bench: $(VENV)/.installed
 	$(BIN)/recap bench --model tiny-qwen2.5-vl --samples 1 --max-new-tokens 96 --out bench_out/quick
 
-# The full offline suite on both embedded models, warm memory (the numbers in the README).
+# The full offline suite on both embedded models, warm memory (the numbers in the README): the default
+# configuration, then RECAP without each of its parts and the paper's RECAP vs ours at fixed budgets.
 bench-full: $(VENV)/.installed
-	$(BIN)/recap bench --model tiny-qwen2.5-vl --samples 10 --max-new-tokens 200 --ablate --out bench_out/tiny-qwen2.5-vl
-	$(BIN)/recap bench --model tiny-llava-next --samples 10 --max-new-tokens 200 --ablate --out bench_out/tiny-llava-next
+	for m in tiny-qwen2.5-vl tiny-llava-next; do \
+	  $(BIN)/recap bench --model $$m --samples 10 --max-new-tokens 200 --out bench_out/$$m || exit 1; \
+	  $(BIN)/recap bench --model $$m --samples 10 --max-new-tokens 200 --methods generate,token_recycling,recap \
+	    --ablate --budgets 7,15,31,63 --no-costs --out bench_out/$$m-ablations || exit 1; \
+	done
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest

@@ -173,8 +173,13 @@ class HFTarget:
         """Additive [1, 1, N, L + N] mask: a node sees the committed prefix and its ancestors
         (within its layers' window); one per attention kind, keyed by layer type if several."""
         n, length, device = len(tree), self.length, self.device
+        not_ancestor = torch.from_numpy(~tree.ancestor_mask()).to(device)
+        if not self.support.by_type and self.support.kinds[0].window is None:  # the common case: one full mask
+            mask = torch.zeros((1, 1, n, length + n), dtype=self.dtype, device=device)
+            mask[0, 0, :, length:].masked_fill_(not_ancestor, torch.finfo(self.dtype).min)
+            return mask
         blocked = torch.zeros((n, length + n), dtype=torch.bool, device=device)
-        blocked[:, length:] = torch.from_numpy(~tree.ancestor_mask()).to(device)
+        blocked[:, length:] = not_ancestor
         query = length + depths
         key = torch.cat([torch.arange(length, device=device), query])
         masks = {}

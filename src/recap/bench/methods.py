@@ -172,8 +172,8 @@ class MethodRunner:
             self.memory = TokenMemory(output_vocab_size(self.model), k=k, method=self.spec.kind)
 
     def __call__(self, inputs: Mapping[str, Any], max_new_tokens: int) -> Run:
-        if self.memory_mode == "cold":
-            self.reset()
+        if self.memory_mode == "cold" and self.memory is not None:
+            self.memory.clear()  # every row, as RecapConfig(persistent=False) does; the calibration stays
         kind = self.spec.kind
         if kind in ("generate", "hf-prompt-lookup"):
             extra = {"prompt_lookup_num_tokens": 10} if kind == "hf-prompt-lookup" else {}
