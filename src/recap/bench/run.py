@@ -37,11 +37,11 @@ def run_bench(
     call is timed end to end (prefill and vision encoding included; the processor's
     preprocessing is shared and not timed). ``memory``: "warm" keeps each method's
     persistent memory across requests, in request order (as a server would); "cold" clears
-    its rows before each request (RECAP's calibration, a statistic of the model, stays). A peer from the model library (``hf-prompt-lookup``) that
-    raises on a request is recorded under "failures" and left out of its aggregates; any
-    other method raising is a bug and propagates. ``preset_memories`` maps a method name to the memory it
-    starts from (e.g. one loaded from a file). ``costs`` (``costs.measure_costs``) adds the verification
-    cost table and each method's zero-overhead ceiling.
+    its rows before each request (RECAP's calibration, a statistic of the model, stays). A
+    peer from the model library (``hf-prompt-lookup``) that raises on a request is recorded
+    under "failures" and left out of its aggregates; any other method raising is a bug and
+    propagates. ``preset_memories`` maps a method name to the memory it starts from (e.g. one
+    loaded from a file). ``costs`` (``costs.measure_costs``) adds the verification cost table.
     """
     if memory not in ("warm", "cold"):
         raise ValueError(f"memory must be 'warm' or 'cold', got {memory!r}")
