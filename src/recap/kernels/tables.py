@@ -77,6 +77,18 @@ def _claim(keys: np.ndarray, key: int) -> tuple[int, bool]:
 
 
 @njit
+def _write_row(ids, probs, kappa, slot: int, row: int, top_ids, top_probs, row_kappa) -> None:
+    width = min(ids.shape[1], top_ids.shape[1])
+    for c in range(width):
+        ids[slot, c] = top_ids[row, c]
+        probs[slot, c] = top_probs[row, c]
+    for c in range(width, ids.shape[1]):
+        ids[slot, c] = 0
+        probs[slot, c] = 0.0
+    kappa[slot] = row_kappa
+
+
+@njit
 def write_context_rows(
     keys: np.ndarray,  # [cap] int64
     ids: np.ndarray,  # [cap, k] int32
@@ -92,7 +104,6 @@ def write_context_rows(
 ) -> int:
     """Write top-k rows under packed keys, stamped; within one call the first occurrence of a
     key wins (written last). Returns how many keys were new."""
-    width = min(ids.shape[1], top_ids.shape[1])
     added = 0
     for j in range(new_keys.shape[0] - 1, -1, -1):
         key = new_keys[j]
@@ -100,14 +111,7 @@ def write_context_rows(
             continue
         slot, new = _claim(keys, key)
         added += new
-        row = rows[j]
-        for c in range(width):
-            ids[slot, c] = top_ids[row, c]
-            probs[slot, c] = top_probs[row, c]
-        for c in range(width, ids.shape[1]):
-            ids[slot, c] = 0
-            probs[slot, c] = 0.0
-        kappa[slot] = top_kappa[row]
+        _write_row(ids, probs, kappa, slot, rows[j], top_ids, top_probs, top_kappa[rows[j]])
         stamps[slot] = stamp
     return added
 
@@ -151,20 +155,12 @@ def write_token_rows(
 ) -> None:
     """The dense token memory's write: row ``rows[j]`` under token ``new_keys[j]``; keys
     outside the vocabulary are skipped; the first occurrence of a key in a call wins."""
-    vocab, k = mem_ids.shape
-    width = min(k, top_ids.shape[1])
+    vocab = mem_ids.shape[0]
     for j in range(new_keys.shape[0] - 1, -1, -1):
         key = new_keys[j]
         if key < 0 or key >= vocab:
             continue
-        row = rows[j]
-        for c in range(width):
-            mem_ids[key, c] = top_ids[row, c]
-            mem_probs[key, c] = top_probs[row, c]
-        for c in range(width, k):
-            mem_ids[key, c] = 0
-            mem_probs[key, c] = 0.0
-        mem_kappa[key] = top_kappa[row]
+        _write_row(mem_ids, mem_probs, mem_kappa, key, rows[j], top_ids, top_probs, top_kappa[rows[j]])
         mem_filled[key] = True
 
 
@@ -200,18 +196,6 @@ def node_context_keys(
             continue
         keys3[j] = pack_key(t2, t1, t0)
     return keys2, keys3
-
-
-@njit
-def _write_row(ids, probs, kappa, slot: int, row: int, top_ids, top_probs, row_kappa) -> None:
-    width = min(ids.shape[1], top_ids.shape[1])
-    for c in range(width):
-        ids[slot, c] = top_ids[row, c]
-        probs[slot, c] = top_probs[row, c]
-    for c in range(width, ids.shape[1]):
-        ids[slot, c] = 0
-        probs[slot, c] = 0.0
-    kappa[slot] = row_kappa
 
 
 @njit
