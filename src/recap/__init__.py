@@ -10,6 +10,7 @@ from .errors import (
     UnsupportedGenerationError,
     UnsupportedModelError,
 )
+from .hf_generate import speculative
 from .memory import ContextMemory, TokenMemory
 from .persist import load_memory, memory_info, save_memory, tokenizer_fingerprint
 from .stats import DecodeStats
@@ -37,5 +38,6 @@ __all__ = [
     "load_memory",
     "memory_info",
     "save_memory",
+    "speculative",
     "tokenizer_fingerprint",
 ]
