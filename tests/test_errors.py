@@ -76,7 +76,7 @@ def test_bad_arguments(llama) -> None:
     inputs = tok("the w1 w2", return_tensors="pt")
     with pytest.raises(ValueError, match="unknown method 'medusa'"):
         recap.generate(model, inputs, method="medusa")
-    with pytest.raises(ValueError, match="max_new_tokens must be a positive integer"):
+    with pytest.raises(ValueError, match="max_new_tokens must be a positive integer or None"):
         recap.generate(model, inputs, max_new_tokens=0)
     padded = dict(inputs, attention_mask=torch.tensor([[0, 1, 1]]))
     with pytest.raises(InputError, match="padding"):

@@ -1,6 +1,7 @@
 """recap: lossless training-free speculative decoding for vision-language models and LLMs
 by recycling the target's own top-k predictions under contextual keys (RECAP)."""
 
+from . import zoo as zoo
 from .config import RecapConfig
 from .decode import GenerationResult, default_memory, generate
 from .errors import (

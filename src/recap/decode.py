@@ -96,13 +96,16 @@ def generate(
     model: torch.nn.Module,
     inputs: Mapping[str, torch.Tensor],
     method: str = "recap",
-    max_new_tokens: int = 128,
+    max_new_tokens: int | None = 128,
     config: RecapConfig | None = None,
     memory: TokenMemory | None = None,
     **generate_kwargs: Any,
 ) -> GenerationResult:
     """Decode ``model`` on ``inputs`` (batch 1), accelerated by ``method``, exactly as
     ``model.generate(**inputs, max_new_tokens=max_new_tokens, **generate_kwargs)`` would.
+
+    ``max_new_tokens=None`` leaves the length to ``max_length`` (or the generation_config), as in
+    generate.
 
     ``generate_kwargs`` are generate's own: greedy or sampling (``do_sample``, ``temperature``,
     ``top_k``, ``top_p``, ``min_p``, ``typical_p``, ``epsilon_cutoff``, ``eta_cutoff``), the
@@ -118,11 +121,12 @@ def generate(
 
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    if max_new_tokens is not None and (not isinstance(max_new_tokens, int) or max_new_tokens < 1):
+        raise ValueError(f"max_new_tokens must be a positive integer or None, got {max_new_tokens!r}")
     check_supported(model)
     input_ids = _check_inputs(inputs)
-    _check_length(model, input_ids.shape[1] + max_new_tokens)
+    if max_new_tokens is not None:
+        _check_length(model, input_ids.shape[1] + max_new_tokens)
     _stop_strings_as_criteria(generate_kwargs)
     stats: list[DecodeStats] = []
     entry = functools.partial(
