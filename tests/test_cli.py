@@ -135,6 +135,31 @@ def test_generate_plain_output(models: dict[str, Path]) -> None:
     assert "pld:" in result.stderr and "mean accepted length" in result.stderr
 
 
+def test_generate_streams_by_default_and_not_with_no_stream(models: dict[str, Path], monkeypatch) -> None:
+    _, tokenizer = tiny_models.build("llama")
+    expected = tokenizer.decode(reference_ids("llama", PROMPT, tokens=20), skip_special_tokens=True)
+    puts = spy(monkeypatch, __import__("transformers").TextStreamer, "put")
+    streamed = ok(invoke("generate", "-m", models["llama"], "-p", PROMPT, "--max-new-tokens", "20"))
+    assert streamed.stdout.strip() == expected and len(puts) > 2  # the prompt, then the tokens step by step
+    puts.clear()
+    plain = ok(invoke("generate", "-m", models["llama"], "-p", PROMPT, "--max-new-tokens", "20", "--no-stream"))
+    assert plain.stdout.strip() == expected and not puts
+
+
+def test_generate_samples_like_generate_under_a_seed(models: dict[str, Path]) -> None:
+    model, processor = tiny_models.build("llava_next")
+    inputs = build_inputs(processor, IMAGE_PROMPT, models["image"])
+    for seed in (0, 1):
+        args = ("--image", models["image"], "--temperature", "0.8", "--top-p", "0.9", "--top-k", "20", "--seed", seed)
+        out = generate_json(models["llava_next"], *map(str, args), prompt=IMAGE_PROMPT, tokens=30)
+        torch.manual_seed(seed)
+        with torch.inference_mode():
+            reference = model.generate(
+                **inputs, do_sample=True, temperature=0.8, top_p=0.9, top_k=20, max_new_tokens=30
+            )
+        assert out["token_ids"] == reference[0, inputs["input_ids"].shape[1] :].tolist(), f"seed {seed}"
+
+
 # -- errors -------------------------------------------------------------------------------------
 def test_error_missing_model_dir(tmp_path: Path) -> None:
     failed(invoke("generate", "-m", tmp_path / "no-such-model", "-p", "x"), "no-such-model", "not a model directory")

@@ -78,11 +78,19 @@ def generate(
     method: Annotated[str, typer.Option(help=f"one of {', '.join(METHODS)}")] = "recap",
     max_new_tokens: Annotated[int, typer.Option(min=1)] = 128,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object: text, token_ids, stats")] = False,
+    temperature: Annotated[float | None, typer.Option(min=0.0, help="sample with this temperature")] = None,
+    top_p: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="sample from the top-p nucleus")] = None,
+    top_k: Annotated[int | None, typer.Option(min=0, help="sample from the k most likely tokens")] = None,
+    seed: Annotated[int | None, typer.Option(help="torch.manual_seed before decoding (reproducible sampling)")] = None,
+    stream: Annotated[bool, typer.Option("--stream/--no-stream", help="print tokens as they are committed")] = True,
     memory_file: MemoryFileOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
 ) -> None:
-    """Generate an answer greedily, accelerated by speculative decoding (same tokens as plain greedy)."""
+    """Generate an answer, accelerated by speculative decoding: the same tokens as the model's own generate
+    with the same settings (greedy by default; --temperature, --top-p or --top-k sample, --seed reproduces)."""
+    from transformers import TextStreamer
+
     from . import generate as recap_generate
     from .config import RecapConfig
     from .loading import build_inputs, decode, load_model
@@ -90,14 +98,32 @@ def generate(
 
     if method not in METHODS:
         fail(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
+    sampling = {k: v for k, v in dict(temperature=temperature, top_p=top_p, top_k=top_k).items() if v is not None}
+    if sampling:
+        sampling["do_sample"] = True
     try:
         check_memory_file(memory_file, method)
         loaded, processor = load_model(model, device=device, dtype=dtype)
         config = RecapConfig()
         memory = open_memory_file(memory_file, loaded, processor, method, memory_k(method, config))
         inputs = build_inputs(processor, prompt, image)
+        tokenizer = getattr(processor, "tokenizer", processor)
+        streamer = (
+            TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True) if stream and not as_json else None
+        )
+        if seed is not None:
+            import torch
+
+            torch.manual_seed(seed)
         result = recap_generate(
-            loaded, inputs, method=method, max_new_tokens=max_new_tokens, config=config, memory=memory
+            loaded,
+            inputs,
+            method=method,
+            max_new_tokens=max_new_tokens,
+            config=config,
+            memory=memory,
+            streamer=streamer,
+            **sampling,
         )
         if memory_file is not None:
             save_memory(memory, memory_file)
@@ -107,7 +133,8 @@ def generate(
     if as_json:
         print(json.dumps({"text": text, "token_ids": result.token_ids, "stats": result.stats.to_dict()}))
     else:
-        print(text)
+        if streamer is None:
+            print(text)
         typer.secho(result.stats.summary(), err=True, fg=typer.colors.CYAN)
 
 
