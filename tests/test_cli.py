@@ -311,10 +311,11 @@ def test_memory_info_missing_file(tmp_path: Path) -> None:
 
 
 # -- bench --------------------------------------------------------------------------------------
-def test_bench_suite(models: dict[str, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize("sampling", [[], ["--temperature", "0.7", "--seed", "0"]])
+def test_bench_suite(models: dict[str, Path], tmp_path: Path, sampling: list[str]) -> None:
     out = tmp_path / "bench"
     args = ["--suite", "ocr", "--samples", "1", "--max-new-tokens", "16", "--methods", "ar,recap", "--out", out]
-    result = ok(invoke("bench", "-m", models["llava_next"], *args))
+    result = ok(invoke("bench", "-m", models["llava_next"], *args, *sampling))
     for word in ("method", "MAL", "speedup", "generate", "ar", "recap", "results.json"):
         assert word in result.stdout, word
     assert "LOSSLESS VIOLATED" not in result.stdout
@@ -325,6 +326,7 @@ def test_bench_suite(models: dict[str, Path], tmp_path: Path) -> None:
         assert summary["match_ratio"] == 1.0 and summary["samples"] == 1, method
     assert results["mismatches"] == []
     assert results["settings"]["max_new_tokens"] == 16
+    assert results["settings"]["decoding"].startswith("sampling" if sampling else "greedy")
     assert (out / "report.md").is_file() and (out / "speedup.png").is_file()
 
 
@@ -346,6 +348,7 @@ def test_bench_bad_jsonl_names_the_line(models: dict[str, Path], tmp_path: Path)
         (["--suite", "ocr,nope"], "nope"),
         (["--memory", "lukewarm"], "lukewarm"),
         (["--memory", "cold", "--memory-file", "m.recap"], "--memory cold"),
+        (["--methods", "hf-prompt-lookup", "--temperature", "0.7", "--no-costs"], "cannot run in the sampling mode"),
     ],
 )
 def test_bench_bad_options(models: dict[str, Path], tmp_path: Path, args: list[str], fragment: str) -> None:

@@ -146,7 +146,18 @@ def bench(
     ] = "all",
     data: Annotated[Path | None, typer.Option(help='JSONL file of {"image": path, "prompt": text} rows')] = None,
     samples: Annotated[int, typer.Option(min=1, help="requests per suite family (with --data: rows at most)")] = 5,
-    seed: Annotated[int, typer.Option(help="suite seed (the embedded models were trained on other seeds)")] = 0,
+    seed: Annotated[
+        int,
+        typer.Option(
+            help="suite seed (the embedded models were trained on other seeds); when sampling, request i is also "
+            "decoded after torch.manual_seed(seed + i) by every method"
+        ),
+    ] = 0,
+    temperature: Annotated[
+        float | None, typer.Option(min=0.0, help="sampling mode: every method samples like generate(do_sample=True)")
+    ] = None,
+    top_p: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="sampling mode: top-p")] = None,
+    top_k: Annotated[int | None, typer.Option(min=0, help="sampling mode: top-k")] = None,
     methods: Annotated[
         str | None,
         typer.Option(
@@ -195,6 +206,9 @@ def bench(
         fail("--memory-file carries RECAP's memory across requests; it cannot be combined with --memory cold")
     if threads:
         torch.set_num_threads(threads)
+    sampling = {k: v for k, v in dict(temperature=temperature, top_p=top_p, top_k=top_k).items() if v is not None}
+    if sampling:
+        sampling = {"do_sample": True, **sampling}
     console = Console(width=max(130, shutil.get_terminal_size().columns))
     try:
         budget_list = [int(b) for b in budgets.split(",") if b.strip()] if budgets else []
@@ -213,7 +227,13 @@ def bench(
             fail("--memory-file holds RECAP's memory, but recap is not among --methods")
         check_memory_file(memory_file, "recap")
         loaded, processor = load_model(model, device=device, dtype=dtype)
-        if methods is None and image_token_ids(loaded):
+        if methods is None and sampling:
+            specs = [spec for spec in specs if spec.kind != "hf-prompt-lookup"]
+            console.print(
+                "hf-prompt-lookup left out: transformers' assisted sampling does not draw like plain sampling, so "
+                "its tokens differ from generate's under the same seed"
+            )
+        elif methods is None and image_token_ids(loaded):
             specs = [spec for spec in specs if spec.kind != "hf-prompt-lookup"]
             console.print(
                 "hf-prompt-lookup left out: transformers' prompt lookup copies image placeholder tokens into its "
@@ -244,6 +264,8 @@ def bench(
             settings=settings,
             preset_memories={"recap": recap_memory},
             costs=cost_table,
+            sampling=sampling or None,
+            seed=seed,
         )
         out = out or Path("bench_out") / Path(model).name
         write(results, out)
@@ -251,7 +273,8 @@ def bench(
             save_memory(recap_memory, memory_file)
     except (RecapError, ValueError, OSError) as exc:
         fail(str(exc))
-    table = Table(title=f"{model}: {workload}, memory {memory}, max_new_tokens {max_new_tokens}")
+    decoding = ", ".join(f"{k} {v}" for k, v in sampling.items() if k != "do_sample") if sampling else "greedy"
+    table = Table(title=f"{model}: {workload}, memory {memory}, max_new_tokens {max_new_tokens}, {decoding}")
     table.add_column("method", no_wrap=True)
     for title, _, _ in COLUMNS:
         table.add_column(title, justify="right")
