@@ -9,7 +9,7 @@ import pytest
 import torch
 from test_lossless import make_inputs
 from tiny_models import BUILDERS, build
-from transformers import TextIteratorStreamer
+from transformers import LogitsProcessor, LogitsProcessorList, TextIteratorStreamer
 from transformers.generation.streamers import BaseStreamer
 
 import recap
@@ -89,6 +89,42 @@ def test_sampling_matches_generate_under_the_same_seed(arch: str) -> None:
             assert via_hf == expected, f"{arch} {kwargs} seed {seed}: custom_generate differs from generate"
             multi_token_steps += sum(n > 1 for n in stats.accepted_lengths)
     assert multi_token_steps > 0, "no sampled step accepted a draft: the walk never descended"
+
+
+class KeepBelow(LogitsProcessor):
+    """A user's processor: forbids the ids at or above a bound that grows with the sequence."""
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        scores[:, 40 + 3 * input_ids.shape[-1] :] = -float("inf")
+        return scores
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2_5_vl"])
+def test_more_processors_and_your_own_match_generate(arch: str) -> None:
+    model, processor = build(arch)
+    rng = np.random.default_rng(8)
+    free: list[int] = []
+    while len(free) < 8:  # a prompt whose greedy answer is not cut short by the model's EOS
+        inputs = make_inputs(arch, processor, rng)
+        free = hf_tokens(model, inputs, do_sample=False)
+    first, second = free[0], free[1]
+    cases = [
+        dict(bad_words_ids=[[first], [free[2], free[3]]]),
+        dict(sequence_bias={(second,): -4.0, (free[4], free[5]): 3.0}),
+        dict(begin_suppress_tokens=[first], forced_eos_token_id=second, renormalize_logits=True),
+        dict(exponential_decay_length_penalty=(5, 1.5), eos_token_id=free[6], remove_invalid_values=True),
+        dict(logits_processor=LogitsProcessorList([KeepBelow()])),
+        dict(prefix_allowed_tokens_fn=lambda batch_id, ids: list(range(int(ids[-1]) % 7, 200, 3))),
+    ]
+    changed = 0
+    for i, case in enumerate(cases):
+        for sampling in (dict(do_sample=False), dict(do_sample=True, temperature=0.5, eta_cutoff=1e-3)):
+            kwargs = dict(case, **sampling)
+            expected = hf_tokens(model, inputs, i, **kwargs)
+            direct, _, via_hf = both_entries(model, inputs, i, **kwargs)
+            assert direct == expected and via_hf == expected, f"{arch} {kwargs}"
+            changed += not sampling["do_sample"] and expected != free
+    assert changed >= 4, "most processors should change the greedy answer, else the test is blind to them"
 
 
 @pytest.mark.parametrize("method", ["ar", "pld", "token_recycling"])

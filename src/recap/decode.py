@@ -16,7 +16,8 @@ import torch
 from transformers import StoppingCriteriaList, StopStringCriteria
 
 from .accept import accept_greedy
-from .backends.hf import HFTarget, check_supported, output_vocab_size
+from .backends import Target
+from .backends.hf import check_supported, output_vocab_size
 from .config import RecapConfig
 from .cost import StepCost
 from .drafters import METHODS, PERSISTENT_METHODS, make_drafter, memory_k
@@ -162,8 +163,7 @@ def _stop_strings_as_criteria(kwargs: dict[str, Any]) -> None:
 
 
 def run(
-    model: torch.nn.Module,
-    target: HFTarget,
+    target: Target,
     rules: TokenRules,
     inputs: Mapping[str, Any],
     prompt_ids: list[int],
@@ -184,10 +184,11 @@ def run(
     if method in PERSISTENT_METHODS:
         k = memory_k(method, config)
         if memory is None:
-            memory = default_memory(model, method, k)
+            memory = default_memory(target.model, method, k)
         else:
             _check_memory(memory, target.vocab_size, method, k)
-    cost = step_cost(model, config.node_budget + 1) if method == "recap" and config.adaptive_budget else None
+    adaptive = method == "recap" and config.adaptive_budget
+    cost = step_cost(target.model, config.node_budget + 1) if adaptive else None
     drafter = make_drafter(method, config, memory, target.placeholder_ids, cost)
     target.k = memory.k if memory is not None else config.k
     stats = DecodeStats(method=method)

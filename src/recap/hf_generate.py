@@ -69,9 +69,7 @@ def speculative(
         rules = TokenRules(logits_processor, stopping_criteria, generation_config.do_sample, input_ids)
         inputs = model.prepare_inputs_for_generation(input_ids, is_first_iteration=True, **model_kwargs)
         inputs = {key: value for key, value in inputs.items() if key not in _GENERATE_STATE}
-        result = run(
-            model, target, rules, inputs, input_ids[0].tolist(), recap_method, recap_config, recap_memory, streamer
-        )
+        result = run(target, rules, inputs, input_ids[0].tolist(), recap_method, recap_config, recap_memory, streamer)
     finally:
         if streamer is not None:
             streamer.end()
