@@ -84,7 +84,10 @@ def speculative(
 
 def _generate_locals() -> dict[str, Any]:
     """The local variables of the ``generate`` call that called ``speculative`` (empty if none)."""
-    frame = sys._getframe(2)
+    try:
+        frame = sys._getframe(2)
+    except ValueError:  # called from the top of a stack
+        return {}
     if frame.f_code.co_name == "generate" and "custom_generate" in frame.f_locals:
         return frame.f_locals
     return {}
