@@ -9,10 +9,17 @@ import pytest
 import torch
 from test_lossless import make_inputs
 from tiny_models import BUILDERS, build
-from transformers import LogitsProcessor, LogitsProcessorList, TextIteratorStreamer
+from transformers import (
+    LogitsProcessor,
+    LogitsProcessorList,
+    StoppingCriteria,
+    StoppingCriteriaList,
+    TextIteratorStreamer,
+)
 from transformers.generation.streamers import BaseStreamer
 
 import recap
+import recap.decode
 from recap.bench import suite_requests
 from recap.loading import build_inputs
 
@@ -202,6 +209,25 @@ def test_stop_strings_end_where_generate_ends(do_sample: bool) -> None:
     assert stops > 0, "no stop string was reached inside a multi-token step"
 
 
+def test_plain_greedy_keeps_the_compiled_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no processor and no sampling (the embedded models' and the tiny models' defaults) the loop
+    accepts by the compiled argmax comparison and never walks the tree token by token."""
+
+    def no_walk(*args, **kwargs):
+        raise AssertionError("the per-token walk ran on plain greedy decoding")
+
+    monkeypatch.setattr(recap.decode, "walk", no_walk)
+    model, processor = recap.zoo.load("tiny-llava-next")
+    request = suite_requests("describe", 1, 0)[0]
+    inputs = build_inputs(processor, request.prompt, request.image)
+    assert recap.generate(model, inputs, max_new_tokens=40).token_ids == hf_tokens(model, inputs, max_new_tokens=40)
+    model, tokenizer = build("mistral")
+    inputs = tokenizer("the w1 w2 of a", return_tensors="pt")
+    assert recap.generate(model, inputs, max_new_tokens=40).token_ids == hf_tokens(model, inputs, max_new_tokens=40)
+    with pytest.raises(AssertionError, match="per-token walk"):
+        recap.generate(model, inputs, max_new_tokens=40, repetition_penalty=1.1)
+
+
 class Recorder(BaseStreamer):
     def __init__(self) -> None:
         self.puts: list[list[int]] = []
@@ -241,6 +267,22 @@ def test_text_iterator_streamer_yields_the_returned_text() -> None:
     streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
     result = recap.generate(model, inputs, max_new_tokens=30, streamer=streamer)
     assert "".join(streamer).strip() == tokenizer.decode(result.token_ids, skip_special_tokens=True).strip()
+
+
+def test_max_time_and_your_stopping_criteria_are_honoured() -> None:
+    model, tokenizer = build("qwen2")
+    inputs = tokenizer("the w5 w6 a w7", return_tensors="pt")
+    assert len(hf_tokens(model, inputs, max_time=1e-9)) == 1
+    assert len(recap.generate(model, inputs, max_time=1e-9).token_ids) == 1
+
+    class AfterSeven(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            return torch.tensor([input_ids.shape[-1] - inputs["input_ids"].shape[-1] >= 7])
+
+    criteria = StoppingCriteriaList([AfterSeven()])
+    expected = hf_tokens(model, inputs, 0, do_sample=True, temperature=0.2, stopping_criteria=criteria)
+    direct, stats, via_hf = both_entries(model, inputs, 0, do_sample=True, temperature=0.2, stopping_criteria=criteria)
+    assert len(expected) == 7 and direct == expected and via_hf == expected
 
 
 def test_return_dict_in_generate_returns_the_sequences() -> None:
