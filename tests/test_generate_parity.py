@@ -285,6 +285,18 @@ def test_max_time_and_your_stopping_criteria_are_honoured() -> None:
     assert len(expected) == 7 and direct == expected and via_hf == expected
 
 
+def test_the_length_follows_max_length_or_the_generation_config_when_given() -> None:
+    model, tokenizer = build("llama")
+    inputs = tokenizer("the w5 w6 a w7", return_tensors="pt")
+    config = model.generation_config.__class__.from_dict(model.generation_config.to_dict(), max_new_tokens=9)
+    config.eos_token_id = None
+    assert len(recap.generate(model, inputs, generation_config=config).token_ids) == 9
+    assert (
+        len(recap.generate(model, inputs, max_length=inputs["input_ids"].shape[1] + 5, eos_token_id=[]).token_ids) == 5
+    )
+    assert len(recap.generate(model, inputs, eos_token_id=[]).token_ids) == 128  # recap's default
+
+
 def test_return_dict_in_generate_returns_the_sequences() -> None:
     model, tokenizer = build("qwen3")
     inputs = tokenizer("the w5 w6 a", return_tensors="pt")

@@ -97,7 +97,7 @@ def generate(
     model: torch.nn.Module,
     inputs: Mapping[str, torch.Tensor],
     method: str = "recap",
-    max_new_tokens: int | None = 128,
+    max_new_tokens: int | None = None,
     config: RecapConfig | None = None,
     memory: TokenMemory | None = None,
     **generate_kwargs: Any,
@@ -105,8 +105,8 @@ def generate(
     """Decode ``model`` on ``inputs`` (batch 1), accelerated by ``method``, exactly as
     ``model.generate(**inputs, max_new_tokens=max_new_tokens, **generate_kwargs)`` would.
 
-    ``max_new_tokens=None`` leaves the length to ``max_length`` (or the generation_config), as in
-    generate.
+    ``max_new_tokens``: 128 when neither it, ``max_length`` nor ``generation_config`` is given;
+    otherwise the length follows generate's own rule.
 
     ``generate_kwargs`` are generate's own: greedy or sampling (``do_sample``, ``temperature``,
     ``top_k``, ``top_p``, ``min_p``, ``typical_p``, ``epsilon_cutoff``, ``eta_cutoff``), the
@@ -122,6 +122,8 @@ def generate(
 
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
+    if max_new_tokens is None and not {"max_length", "generation_config"} & generate_kwargs.keys():
+        max_new_tokens = 128
     if max_new_tokens is not None and (not isinstance(max_new_tokens, int) or max_new_tokens < 1):
         raise ValueError(f"max_new_tokens must be a positive integer or None, got {max_new_tokens!r}")
     check_supported(model)
@@ -138,7 +140,9 @@ def generate(
         recap_memory=memory,
         recap_stats=stats,
     )
-    output = model.generate(**inputs, max_new_tokens=max_new_tokens, custom_generate=entry, **generate_kwargs)
+    if max_new_tokens is not None:
+        generate_kwargs["max_new_tokens"] = max_new_tokens
+    output = model.generate(**inputs, custom_generate=entry, **generate_kwargs)
     sequences = output if isinstance(output, torch.Tensor) else output.sequences
     return GenerationResult(token_ids=sequences[0, input_ids.shape[1] :].tolist(), stats=stats[0])
 
