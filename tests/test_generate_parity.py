@@ -20,10 +20,12 @@ from transformers.generation.streamers import BaseStreamer
 
 import recap
 import recap.decode
+from recap import RecapConfig
 from recap.bench import suite_requests
 from recap.loading import build_inputs
 
 N = 40
+FIXED = RecapConfig(adaptive_budget=False)  # trees of a fixed size: acceptance that does not depend on timings
 GREEDY_SETTINGS = [
     {},  # the model's own generation_config
     dict(repetition_penalty=1.3),
@@ -53,9 +55,9 @@ def both_entries(model, inputs, seed: int | None = None, method: str = "recap", 
     if seed is not None:
         torch.manual_seed(seed)
     kwargs.setdefault("max_new_tokens", N)
-    direct = recap.generate(model, inputs, method, **kwargs)
+    direct = recap.generate(model, inputs, method, config=FIXED, **kwargs)
     stats: list = []
-    extra = dict(custom_generate=recap.speculative, recap_method=method, recap_stats=stats)
+    extra = dict(custom_generate=recap.speculative, recap_method=method, recap_config=FIXED, recap_stats=stats)
     via_hf = hf_tokens(model, inputs, seed, **extra, **kwargs)
     assert len(stats) == 1 and stats[0].new_tokens == len(via_hf)
     return direct.token_ids, direct.stats, via_hf
@@ -175,7 +177,7 @@ def test_sampled_stops_inside_an_accepted_path(arch: str) -> None:
         if len(free) < 20:  # the model's own EOS came early
             continue
         checked += 1
-        recap.generate(model, inputs, max_new_tokens=60, do_sample=False)  # warms the persistent memory
+        recap.generate(model, inputs, max_new_tokens=60, do_sample=False, config=FIXED)  # warms the memory
         eos = [t for i, t in enumerate(free) if i >= 5 and t not in free[:i]][:2]
         length = inputs["input_ids"].shape[1] + 17
         for stop in (dict(eos_token_id=eos, pad_token_id=eos[0]), dict(max_length=length, max_new_tokens=None)):
@@ -203,7 +205,7 @@ def test_stop_strings_end_where_generate_ends(do_sample: bool) -> None:
         expected = hf_tokens(model, inputs, i, stop_strings=[word], **kwargs)
         assert tokenizer.decode(expected).endswith(word)
         torch.manual_seed(i)
-        result = recap.generate(model, inputs, stop_strings=[word], **kwargs)
+        result = recap.generate(model, inputs, stop_strings=[word], config=FIXED, **kwargs)
         assert result.token_ids == expected, f"request {i}: stop string {word!r}"
         stops += result.stats.accepted_lengths[-1] > 1
     assert stops > 0, "no stop string was reached inside a multi-token step"
@@ -252,7 +254,7 @@ def test_streamer_receives_the_prompt_then_exactly_the_returned_tokens(do_sample
     assert reference.puts[0] == prompt and sum(reference.puts[1:], []) == expected
     streamer = Recorder()
     torch.manual_seed(0)
-    result = recap.generate(model, inputs, streamer=streamer, **kwargs)
+    result = recap.generate(model, inputs, streamer=streamer, config=FIXED, **kwargs)
     assert result.token_ids == expected
     assert streamer.puts[0] == prompt and sum(streamer.puts[1:], []) == expected and streamer.ended == 1
     assert max(len(p) for p in streamer.puts[1:]) > 1, "several tokens per step should arrive together"
