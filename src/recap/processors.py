@@ -46,6 +46,7 @@ class TokenRules:
         self.max_length = min(limits) if limits else None
         self.criteria = [c for c in criteria if type(c) not in (EosTokenCriteria, MaxLengthCriteria)]
         self.length = int(prompt.shape[1])
+        self.device = prompt.device  # generate processes and draws where its input_ids are
         # the sequence is kept as a tensor only when something reads it (processors or criteria)
         self.tracks = not self.fast or bool(self.criteria)
         self.ids = None
@@ -61,7 +62,7 @@ class TokenRules:
 
     def choose(self, logits: torch.Tensor) -> int:
         """The next token after the current sequence, given the target's logits there ([1, V])."""
-        scores = logits.to(dtype=torch.float32, copy=True)
+        scores = logits.to(dtype=torch.float32, device=self.device, copy=True)
         scores = self.processors(self.ids[:, : self.length], scores)
         if self.do_sample:
             probs = torch.nn.functional.softmax(scores, dim=-1)
