@@ -431,7 +431,9 @@ def check(family: Family, lengths: tuple[int, ...] = (40, 100), seed: int = 0) -
     for i, (inputs, n, eos, expected) in enumerate(cases):
         for method in METHODS:
             try:
-                got = recap.generate(model, inputs, method=method, max_new_tokens=n, eos_token_id=eos).token_ids
+                # (eos_token_id=None would mean "no EOS", as in generate: pass it only when set)
+                stop = {} if eos is None else {"eos_token_id": eos}
+                got = recap.generate(model, inputs, method=method, max_new_tokens=n, **stop).token_ids
             except UnsupportedModelError as exc:
                 return Outcome("refused", str(exc))
             except Exception as exc:  # noqa: BLE001

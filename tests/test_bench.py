@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 import tiny_models
+import torch
 from PIL import Image
 
 from recap import InputError, RecapConfig
 from recap.bench import aggregate, jsonl_requests, markdown, parse_methods, run_bench, suite_requests, summarize, write
 from recap.bench.methods import ALL_METHODS, REFERENCE
+from recap.loading import build_inputs
 from recap.suite import FAMILIES
 
 CONTRACT_KEYS = ("mean_accepted_length", "speedup_mean", "speedup_median", "match_ratio", "samples")
@@ -520,6 +522,27 @@ def test_run_bench_end_to_end(memory: str, tmp_path: Path) -> None:
         assert "## Family: chart" in (out / "report.md").read_text()
         with Image.open(out / "speedup.png") as image:
             assert image.format == "PNG"
+
+
+def test_run_bench_sampling_mode_matches_seeded_generate() -> None:
+    model, processor = tiny_models.build("qwen2_5_vl")
+    requests = suite_requests("describe,ocr", 1, 0)
+    specs = parse_methods("ar,token_recycling,recap")
+    sampling = {"do_sample": True, "temperature": 0.7}
+    results = run_bench(
+        model, processor, requests, specs, max_new_tokens=24, sampling=sampling, seed=3, progress=False,
+        settings={"model": "tiny", "device": "cpu", "dtype": "float32", "workload": "suite"},
+    )  # fmt: skip
+    assert results["mismatches"] == [] and all(r["match"] for r in results["samples"])
+    assert "temperature=0.7" in results["settings"]["decoding"] and "manual_seed(3" in results["settings"]["decoding"]
+    inputs = build_inputs(processor, requests[1].prompt, requests[1].image)
+    torch.manual_seed(3 + 1)
+    reference = model.generate(**inputs, max_new_tokens=24, **sampling)[0, inputs["input_ids"].shape[1] :].tolist()
+    assert [r["tokens"] for r in results["samples"] if r["request"] == requests[1].id][0] == reference
+    greedy = run_bench(model, processor, requests[1:], specs[:1], max_new_tokens=24, progress=False, settings={})
+    assert greedy["samples"][0]["tokens"] != reference, "the sampled reference should differ from greedy"
+    with pytest.raises(ValueError, match="hf-prompt-lookup cannot run in the sampling mode"):
+        run_bench(model, processor, requests, parse_methods("hf-prompt-lookup"), sampling=sampling, progress=False)
 
 
 def test_run_bench_rejects_bad_memory_mode() -> None:

@@ -135,6 +135,31 @@ def test_generate_plain_output(models: dict[str, Path]) -> None:
     assert "pld:" in result.stderr and "mean accepted length" in result.stderr
 
 
+def test_generate_streams_by_default_and_not_with_no_stream(models: dict[str, Path], monkeypatch) -> None:
+    _, tokenizer = tiny_models.build("llama")
+    expected = tokenizer.decode(reference_ids("llama", PROMPT, tokens=20), skip_special_tokens=True)
+    puts = spy(monkeypatch, __import__("transformers").TextStreamer, "put")
+    streamed = ok(invoke("generate", "-m", models["llama"], "-p", PROMPT, "--max-new-tokens", "20"))
+    assert streamed.stdout.strip() == expected and len(puts) > 2  # the prompt, then the tokens step by step
+    puts.clear()
+    plain = ok(invoke("generate", "-m", models["llama"], "-p", PROMPT, "--max-new-tokens", "20", "--no-stream"))
+    assert plain.stdout.strip() == expected and not puts
+
+
+def test_generate_samples_like_generate_under_a_seed(models: dict[str, Path]) -> None:
+    model, processor = tiny_models.build("llava_next")
+    inputs = build_inputs(processor, IMAGE_PROMPT, models["image"])
+    for seed in (0, 1):
+        args = ("--image", models["image"], "--temperature", "0.8", "--top-p", "0.9", "--top-k", "20", "--seed", seed)
+        out = generate_json(models["llava_next"], *map(str, args), prompt=IMAGE_PROMPT, tokens=30)
+        torch.manual_seed(seed)
+        with torch.inference_mode():
+            reference = model.generate(
+                **inputs, do_sample=True, temperature=0.8, top_p=0.9, top_k=20, max_new_tokens=30
+            )
+        assert out["token_ids"] == reference[0, inputs["input_ids"].shape[1] :].tolist(), f"seed {seed}"
+
+
 # -- errors -------------------------------------------------------------------------------------
 def test_error_missing_model_dir(tmp_path: Path) -> None:
     failed(invoke("generate", "-m", tmp_path / "no-such-model", "-p", "x"), "no-such-model", "not a model directory")
@@ -286,10 +311,11 @@ def test_memory_info_missing_file(tmp_path: Path) -> None:
 
 
 # -- bench --------------------------------------------------------------------------------------
-def test_bench_suite(models: dict[str, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize("sampling", [[], ["--temperature", "0.7", "--seed", "0"]])
+def test_bench_suite(models: dict[str, Path], tmp_path: Path, sampling: list[str]) -> None:
     out = tmp_path / "bench"
     args = ["--suite", "ocr", "--samples", "1", "--max-new-tokens", "16", "--methods", "ar,recap", "--out", out]
-    result = ok(invoke("bench", "-m", models["llava_next"], *args))
+    result = ok(invoke("bench", "-m", models["llava_next"], *args, *sampling))
     for word in ("method", "MAL", "speedup", "generate", "ar", "recap", "results.json"):
         assert word in result.stdout, word
     assert "LOSSLESS VIOLATED" not in result.stdout
@@ -300,6 +326,7 @@ def test_bench_suite(models: dict[str, Path], tmp_path: Path) -> None:
         assert summary["match_ratio"] == 1.0 and summary["samples"] == 1, method
     assert results["mismatches"] == []
     assert results["settings"]["max_new_tokens"] == 16
+    assert results["settings"]["decoding"].startswith("sampling" if sampling else "greedy")
     assert (out / "report.md").is_file() and (out / "speedup.png").is_file()
 
 
@@ -321,6 +348,7 @@ def test_bench_bad_jsonl_names_the_line(models: dict[str, Path], tmp_path: Path)
         (["--suite", "ocr,nope"], "nope"),
         (["--memory", "lukewarm"], "lukewarm"),
         (["--memory", "cold", "--memory-file", "m.recap"], "--memory cold"),
+        (["--methods", "hf-prompt-lookup", "--temperature", "0.7", "--no-costs"], "cannot run in the sampling mode"),
     ],
 )
 def test_bench_bad_options(models: dict[str, Path], tmp_path: Path, args: list[str], fragment: str) -> None:

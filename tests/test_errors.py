@@ -24,24 +24,37 @@ def test_batch_size_above_one_is_refused(llama) -> None:
         recap.generate(model, inputs)
 
 
-def test_sampling_and_beams_are_refused(llama) -> None:
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(num_beams=4), UnsupportedGenerationError, r"beam search \(num_beams > 1\).*num_beams=4"),
+        (dict(num_beams=2, do_sample=True), UnsupportedGenerationError, "beam sampling"),
+        (dict(penalty_alpha=0.6, top_k=4), UnsupportedGenerationError, "contrastive search"),
+        (dict(prompt_lookup_num_tokens=3), UnsupportedGenerationError, "recap is itself the speculative decoder"),
+        (dict(guidance_scale=1.5), UnsupportedGenerationError, "guidance_scale=1.5"),
+        (dict(num_return_sequences=2, do_sample=True), InputError, "num_return_sequences=2"),
+        (dict(return_dict_in_generate=True, output_scores=True), UnsupportedGenerationError, "output_scores"),
+        (dict(cache_implementation="static"), UnsupportedGenerationError, "cache_implementation='static'"),
+        (dict(stop_strings=["w3"]), UnsupportedGenerationError, "stop_strings needs the model's tokenizer"),
+    ],
+)
+def test_settings_generate_has_but_recap_does_not_reproduce_are_refused(llama, kwargs, error, message) -> None:
     model, tok = llama
     inputs = tok("the w1 w2", return_tensors="pt")
-    with pytest.raises(UnsupportedGenerationError, match="do_sample=True is not supported"):
-        recap.generate(model, inputs, do_sample=True)
-    with pytest.raises(UnsupportedGenerationError, match="num_beams=4"):
-        recap.generate(model, inputs, num_beams=4)
+    with pytest.raises(error, match=message):
+        recap.generate(model, inputs, max_new_tokens=4, **kwargs)
+    if "stop_strings" not in kwargs:  # generate itself cannot hand stop strings' tokenizer to custom_generate
+        with pytest.raises(error, match=message):
+            model.generate(**inputs, max_new_tokens=4, custom_generate=recap.speculative, **kwargs)
 
 
-def test_generation_config_that_changes_greedy_output_is_refused(llama) -> None:
+def test_an_assistant_model_is_refused_through_both_entries(llama) -> None:
     model, tok = llama
     inputs = tok("the w1 w2", return_tensors="pt")
-    model.generation_config.repetition_penalty = 1.05
-    try:
-        with pytest.raises(UnsupportedGenerationError, match=r"repetition_penalty=1.05.*Set model.generation_config"):
-            recap.generate(model, inputs)
-    finally:
-        model.generation_config.repetition_penalty = 1.0
+    with pytest.raises(UnsupportedGenerationError, match="recap is itself the speculative decoder"):
+        model.generate(**inputs, max_new_tokens=4, custom_generate=recap.speculative, assistant_model=model)
+    with pytest.raises(UnsupportedGenerationError, match="recap is itself the speculative decoder"):
+        recap.generate(model, inputs, max_new_tokens=4, assistant_model=model)
 
 
 def test_flash_attention_is_refused_with_what_to_do(llama) -> None:
@@ -62,7 +75,7 @@ def test_bad_arguments(llama) -> None:
     inputs = tok("the w1 w2", return_tensors="pt")
     with pytest.raises(ValueError, match="unknown method 'medusa'"):
         recap.generate(model, inputs, method="medusa")
-    with pytest.raises(ValueError, match="max_new_tokens must be a positive integer"):
+    with pytest.raises(ValueError, match="max_new_tokens must be a positive integer or None"):
         recap.generate(model, inputs, max_new_tokens=0)
     padded = dict(inputs, attention_mask=torch.tensor([[0, 1, 1]]))
     with pytest.raises(InputError, match="padding"):

@@ -1,6 +1,7 @@
 """recap: lossless training-free speculative decoding for vision-language models and LLMs
 by recycling the target's own top-k predictions under contextual keys (RECAP)."""
 
+from . import zoo as zoo
 from .config import RecapConfig
 from .decode import GenerationResult, default_memory, generate
 from .errors import (
@@ -10,6 +11,7 @@ from .errors import (
     UnsupportedGenerationError,
     UnsupportedModelError,
 )
+from .hf_generate import speculative
 from .memory import ContextMemory, TokenMemory
 from .persist import load_memory, memory_info, save_memory, tokenizer_fingerprint
 from .stats import DecodeStats
@@ -37,5 +39,6 @@ __all__ = [
     "load_memory",
     "memory_info",
     "save_memory",
+    "speculative",
     "tokenizer_fingerprint",
 ]

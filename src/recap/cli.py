@@ -78,11 +78,19 @@ def generate(
     method: Annotated[str, typer.Option(help=f"one of {', '.join(METHODS)}")] = "recap",
     max_new_tokens: Annotated[int, typer.Option(min=1)] = 128,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object: text, token_ids, stats")] = False,
+    temperature: Annotated[float | None, typer.Option(min=0.0, help="sample with this temperature")] = None,
+    top_p: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="sample from the top-p nucleus")] = None,
+    top_k: Annotated[int | None, typer.Option(min=0, help="sample from the k most likely tokens")] = None,
+    seed: Annotated[int | None, typer.Option(help="torch.manual_seed before decoding (reproducible sampling)")] = None,
+    stream: Annotated[bool, typer.Option("--stream/--no-stream", help="print tokens as they are committed")] = True,
     memory_file: MemoryFileOption = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
 ) -> None:
-    """Generate an answer greedily, accelerated by speculative decoding (same tokens as plain greedy)."""
+    """Generate an answer, accelerated by speculative decoding: the same tokens as the model's own generate
+    with the same settings (greedy by default; --temperature, --top-p or --top-k sample, --seed reproduces)."""
+    from transformers import TextStreamer
+
     from . import generate as recap_generate
     from .config import RecapConfig
     from .loading import build_inputs, decode, load_model
@@ -90,14 +98,32 @@ def generate(
 
     if method not in METHODS:
         fail(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
+    sampling = {k: v for k, v in dict(temperature=temperature, top_p=top_p, top_k=top_k).items() if v is not None}
+    if sampling:
+        sampling["do_sample"] = True
     try:
         check_memory_file(memory_file, method)
         loaded, processor = load_model(model, device=device, dtype=dtype)
         config = RecapConfig()
         memory = open_memory_file(memory_file, loaded, processor, method, memory_k(method, config))
         inputs = build_inputs(processor, prompt, image)
+        tokenizer = getattr(processor, "tokenizer", processor)
+        streamer = (
+            TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True) if stream and not as_json else None
+        )
+        if seed is not None:
+            import torch
+
+            torch.manual_seed(seed)
         result = recap_generate(
-            loaded, inputs, method=method, max_new_tokens=max_new_tokens, config=config, memory=memory
+            loaded,
+            inputs,
+            method=method,
+            max_new_tokens=max_new_tokens,
+            config=config,
+            memory=memory,
+            streamer=streamer,
+            **sampling,
         )
         if memory_file is not None:
             save_memory(memory, memory_file)
@@ -107,7 +133,8 @@ def generate(
     if as_json:
         print(json.dumps({"text": text, "token_ids": result.token_ids, "stats": result.stats.to_dict()}))
     else:
-        print(text)
+        if streamer is None:
+            print(text)
         typer.secho(result.stats.summary(), err=True, fg=typer.colors.CYAN)
 
 
@@ -119,7 +146,18 @@ def bench(
     ] = "all",
     data: Annotated[Path | None, typer.Option(help='JSONL file of {"image": path, "prompt": text} rows')] = None,
     samples: Annotated[int, typer.Option(min=1, help="requests per suite family (with --data: rows at most)")] = 5,
-    seed: Annotated[int, typer.Option(help="suite seed (the embedded models were trained on other seeds)")] = 0,
+    seed: Annotated[
+        int,
+        typer.Option(
+            help="suite seed (the embedded models were trained on other seeds); when sampling, request i is also "
+            "decoded after torch.manual_seed(seed + i) by every method"
+        ),
+    ] = 0,
+    temperature: Annotated[
+        float | None, typer.Option(min=0.0, help="sampling mode: every method samples like generate(do_sample=True)")
+    ] = None,
+    top_p: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="sampling mode: top-p")] = None,
+    top_k: Annotated[int | None, typer.Option(min=0, help="sampling mode: top-k")] = None,
     methods: Annotated[
         str | None,
         typer.Option(
@@ -168,6 +206,9 @@ def bench(
         fail("--memory-file carries RECAP's memory across requests; it cannot be combined with --memory cold")
     if threads:
         torch.set_num_threads(threads)
+    sampling = {k: v for k, v in dict(temperature=temperature, top_p=top_p, top_k=top_k).items() if v is not None}
+    if sampling:
+        sampling = {"do_sample": True, **sampling}
     console = Console(width=max(130, shutil.get_terminal_size().columns))
     try:
         budget_list = [int(b) for b in budgets.split(",") if b.strip()] if budgets else []
@@ -186,7 +227,13 @@ def bench(
             fail("--memory-file holds RECAP's memory, but recap is not among --methods")
         check_memory_file(memory_file, "recap")
         loaded, processor = load_model(model, device=device, dtype=dtype)
-        if methods is None and image_token_ids(loaded):
+        if methods is None and sampling:
+            specs = [spec for spec in specs if spec.kind != "hf-prompt-lookup"]
+            console.print(
+                "hf-prompt-lookup left out: transformers' assisted sampling does not draw like plain sampling, so "
+                "its tokens differ from generate's under the same seed"
+            )
+        elif methods is None and image_token_ids(loaded):
             specs = [spec for spec in specs if spec.kind != "hf-prompt-lookup"]
             console.print(
                 "hf-prompt-lookup left out: transformers' prompt lookup copies image placeholder tokens into its "
@@ -217,6 +264,8 @@ def bench(
             settings=settings,
             preset_memories={"recap": recap_memory},
             costs=cost_table,
+            sampling=sampling or None,
+            seed=seed,
         )
         out = out or Path("bench_out") / Path(model).name
         write(results, out)
@@ -224,7 +273,8 @@ def bench(
             save_memory(recap_memory, memory_file)
     except (RecapError, ValueError, OSError) as exc:
         fail(str(exc))
-    table = Table(title=f"{model}: {workload}, memory {memory}, max_new_tokens {max_new_tokens}")
+    decoding = ", ".join(f"{k} {v}" for k, v in sampling.items() if k != "do_sample") if sampling else "greedy"
+    table = Table(title=f"{model}: {workload}, memory {memory}, max_new_tokens {max_new_tokens}, {decoding}")
     table.add_column("method", no_wrap=True)
     for title, _, _ in COLUMNS:
         table.add_column(title, justify="right")

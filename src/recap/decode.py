@@ -1,4 +1,6 @@
-"""The decode loop: prefill, then propose -> verify -> accept -> commit -> observe."""
+"""The decode loop: prefill, then propose -> verify -> accept -> commit -> observe, and
+``recap.generate``, the direct API (which lets ``model.generate`` prepare the request and then runs
+this loop through ``recap.speculative``, the ``custom_generate`` entry)."""
 
 from __future__ import annotations
 
@@ -9,37 +11,22 @@ import time
 import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+from transformers import StoppingCriteriaList, StopStringCriteria
 
 from .accept import accept_greedy
-from .backends.hf import HFTarget, check_supported, image_token_ids, output_vocab_size
+from .backends import Target
+from .backends.hf import check_supported, output_vocab_size
 from .config import RecapConfig
 from .cost import StepCost
 from .drafters import METHODS, PERSISTENT_METHODS, make_drafter, memory_k
 from .errors import InputError, UnsupportedGenerationError
 from .memory import TokenMemory
+from .processors import TokenRules
+from .sampling import walk
 from .stats import DecodeStats
-
-# generation_config settings that change greedy decoding, with the neutral value
-_GREEDY_CHANGING = {
-    "repetition_penalty": 1.0,
-    "no_repeat_ngram_size": 0,
-    "encoder_repetition_penalty": 1.0,
-    "encoder_no_repeat_ngram_size": 0,
-    "bad_words_ids": None,
-    "min_length": 0,
-    "min_new_tokens": None,
-    "suppress_tokens": None,
-    "begin_suppress_tokens": None,
-    "forced_bos_token_id": None,
-    "forced_eos_token_id": None,
-    "sequence_bias": None,
-    "exponential_decay_length_penalty": None,
-    "stop_strings": None,
-    "guidance_scale": None,
-    "watermarking_config": None,
-}
 
 
 @dataclass
@@ -74,34 +61,6 @@ def step_cost(model: torch.nn.Module, max_nodes: int) -> StepCost:
         if max_nodes not in per_model:
             per_model[max_nodes] = StepCost(max_nodes)
         return per_model[max_nodes]
-
-
-def _eos_ids(model: torch.nn.Module, eos_token_id: int | list[int] | None) -> set[int]:
-    value = eos_token_id if eos_token_id is not None else getattr(model.generation_config, "eos_token_id", None)
-    if value is None:
-        return set()
-    return {int(v) for v in (value if isinstance(value, (list, tuple)) else [value])}
-
-
-def _check_generation(model: torch.nn.Module, do_sample: bool, num_beams: int) -> None:
-    if do_sample:
-        raise UnsupportedGenerationError(
-            "do_sample=True is not supported: recap reproduces greedy decoding exactly, so temperature, "
-            "top_p and top_k have no effect. Call with do_sample=False (the default)."
-        )
-    if num_beams != 1:
-        raise UnsupportedGenerationError(
-            f"num_beams={num_beams} is not supported: recap decodes greedily (num_beams=1)."
-        )
-    config = getattr(model, "generation_config", None)
-    for name, neutral in _GREEDY_CHANGING.items():
-        value = getattr(config, name, neutral)
-        if value not in (neutral, None) and not (neutral is None and value in ([], 0)):
-            raise UnsupportedGenerationError(
-                f"the model's generation_config sets {name}={value!r}, which changes greedy decoding and "
-                f"which recap does not reproduce. Set model.generation_config.{name} = {neutral!r} "
-                f"(and compare against generate(..., {name}={neutral!r}))."
-            )
 
 
 def _check_inputs(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -210,50 +169,117 @@ def generate(
     model: torch.nn.Module,
     inputs: Mapping[str, torch.Tensor],
     method: str = "recap",
-    max_new_tokens: int = 128,
+    max_new_tokens: int | None = None,
     config: RecapConfig | None = None,
     memory: TokenMemory | None = None,
-    *,
-    do_sample: bool = False,
-    num_beams: int = 1,
-    eos_token_id: int | list[int] | None = None,
+    **generate_kwargs: Any,
 ) -> GenerationResult:
-    """Greedy decoding of ``model`` on ``inputs`` (batch 1), accelerated by ``method``.
+    """Decode ``model`` on ``inputs`` (batch 1), accelerated by ``method``, exactly as
+    ``model.generate(**inputs, max_new_tokens=max_new_tokens, **generate_kwargs)`` would.
 
-    The new tokens equal those of ``model.generate(**inputs, do_sample=False,
-    max_new_tokens=max_new_tokens)``. ``memory`` is the persistent table of recap or
+    ``max_new_tokens``: 128 when neither it, ``max_length`` nor ``generation_config`` is given;
+    otherwise the length follows generate's own rule.
+
+    ``generate_kwargs`` are generate's own: greedy or sampling (``do_sample``, ``temperature``,
+    ``top_k``, ``top_p``, ``min_p``, ``typical_p``, ``epsilon_cutoff``, ``eta_cutoff``), the
+    processors (``repetition_penalty``, ``no_repeat_ngram_size``, ``min_new_tokens``,
+    ``suppress_tokens``, ``bad_words_ids``, ``sequence_bias``, ...), stopping (``eos_token_id``,
+    ``max_length``, ``stop_strings`` with ``tokenizer=``, ``max_time``, ``stopping_criteria``),
+    ``logits_processor``, ``streamer`` and ``generation_config``; the model's generation_config
+    supplies the defaults, as in generate. The new tokens equal generate's (under the same
+    ``torch.manual_seed`` when sampling). ``memory`` is the persistent table of recap or
     token_recycling; by default one per model and method is kept across calls.
     """
+    from .hf_generate import speculative  # it runs this module's loop
+
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
-    config = config or RecapConfig()
+    if max_new_tokens is None and not {"max_length", "generation_config"} & generate_kwargs.keys():
+        max_new_tokens = 128
+    if max_new_tokens is not None and (not isinstance(max_new_tokens, int) or max_new_tokens < 1):
+        raise ValueError(f"max_new_tokens must be a positive integer or None, got {max_new_tokens!r}")
     check_supported(model)
-    _check_generation(model, do_sample, num_beams)
     input_ids = _check_inputs(model, inputs)
+    _stop_strings_as_criteria(generate_kwargs)
+    stats: list[DecodeStats] = []
+    entry = functools.partial(
+        speculative,
+        streamer=generate_kwargs.get("streamer"),
+        recap_method=method,
+        recap_config=config,
+        recap_memory=memory,
+        recap_stats=stats,
+    )
+    if max_new_tokens is not None:
+        generate_kwargs["max_new_tokens"] = max_new_tokens
+    output = model.generate(**inputs, custom_generate=entry, **generate_kwargs)
+    sequences = output if isinstance(output, torch.Tensor) else output.sequences
+    return GenerationResult(token_ids=sequences[0, input_ids.shape[1] :].tolist(), stats=stats[0])
+
+
+def _stop_strings_as_criteria(kwargs: dict[str, Any]) -> None:
+    """Turn ``stop_strings`` into a ``StopStringCriteria`` passed in ``stopping_criteria``.
+
+    transformers 5.24 does not hand the ``tokenizer`` to a ``custom_generate`` callable, so its
+    own stop-string criteria cannot be built on that path; this is the criterion it would build."""
+    stop_strings = kwargs.pop("stop_strings", None)
+    if stop_strings is None:
+        return
+    tokenizer = kwargs.get("tokenizer")
+    if tokenizer is None:
+        raise UnsupportedGenerationError(
+            "stop_strings needs the model's tokenizer, as in generate: pass tokenizer=processor.tokenizer "
+            "(or the tokenizer itself)."
+        )
+    criteria = StoppingCriteriaList(kwargs.get("stopping_criteria") or [])
+    criteria.append(StopStringCriteria(tokenizer=tokenizer, stop_strings=stop_strings))
+    kwargs["stopping_criteria"] = criteria
+
+
+def run(
+    target: Target,
+    rules: TokenRules,
+    inputs: Mapping[str, Any],
+    prompt_ids: list[int],
+    method: str = "recap",
+    config: RecapConfig | None = None,
+    memory: TokenMemory | None = None,
+    streamer: Any = None,
+) -> GenerationResult:
+    """The decode loop of one request: prefill ``inputs`` (the model's forward inputs for the
+    prompt ``prompt_ids``), then propose -> verify -> accept -> commit -> observe until ``rules``
+    stop it. Plain greedy decoding (``rules.fast``) accepts by the compiled argmax comparison;
+    processors or sampling pick each token along the tree with ``sampling.walk``. The drafters
+    learn from the raw top-k of every verified node either way. ``streamer`` gets each step's
+    committed tokens (the caller puts the prompt and calls ``end``, as generate does)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
+    config = config or RecapConfig()
     if method in PERSISTENT_METHODS:
         k = memory_k(method, config)
         if memory is None:
-            memory = default_memory(model, method, k)
+            memory = default_memory(target.model, method, k)
         else:
-            _check_memory(memory, model, method, k)
-    eos = _eos_ids(model, eos_token_id)
-    blocked = image_token_ids(model)
-    cost = step_cost(model, config.node_budget + 1) if method == "recap" and config.adaptive_budget else None
-    drafter = make_drafter(method, config, memory, blocked, cost)
-    target = HFTarget(model, memory.k if memory is not None else config.k)
+            _check_memory(memory, target.vocab_size, method, k)
+    adaptive = method == "recap" and config.adaptive_budget
+    cost = step_cost(target.model, config.node_budget + 1) if adaptive else None
+    drafter = make_drafter(method, config, memory, target.placeholder_ids, cost)
+    target.k = memory.k if memory is not None else config.k
     stats = DecodeStats(method=method)
-    prompt_ids = input_ids[0].tolist()
 
     start = time.perf_counter()
     positions = drafter.prefill_positions(prompt_ids)
     first, prompt_topk = target.prefill(inputs, positions)
     drafter.begin(prompt_ids, positions, prompt_topk)
+    if not rules.fast:
+        with torch.inference_mode():
+            first = rules.choose(target.logits)
     stats.time_prefill = time.perf_counter() - start
+    done = rules.push(first)
     history = [*prompt_ids, first]
     new_tokens = [first]
-    done = first in eos or max_new_tokens == 1
+    if streamer is not None:
+        streamer.put(torch.tensor([first]))
     try:
         while not done:
             t0 = time.perf_counter()
@@ -261,15 +287,18 @@ def generate(
             t1 = time.perf_counter()
             greedy, topk = target.verify(tree)
             t2 = time.perf_counter()
-            acceptance = accept_greedy(tree, greedy)
-            committed = [*tree.tokens[acceptance.path[1:]].tolist(), acceptance.bonus]
-            for i, token in enumerate(committed):
-                if token in eos or len(new_tokens) + i + 1 >= max_new_tokens:
-                    committed = committed[: i + 1]
-                    done = True
-                    break
+            if rules.fast:
+                acceptance = accept_greedy(tree, greedy)
+                committed = [*tree.tokens[acceptance.path[1:]].tolist(), acceptance.bonus]
+                committed, done = rules.cut(committed)
+            else:
+                with torch.inference_mode():
+                    acceptance, done = walk(tree, functools.partial(rules.choose_row, target.logits), rules.push)
+                committed = [*tree.tokens[acceptance.path[1:]].tolist(), acceptance.bonus]
             new_tokens.extend(committed)
             history.extend(committed)
+            if streamer is not None:
+                streamer.put(torch.tensor(committed))
             stats.record_step(tree, len(committed))
             drafts_committed = min(len(committed), acceptance.accepted_drafts)
             stats.count_sources(tree.sources[acceptance.path[1 : 1 + drafts_committed]].tolist())
@@ -290,12 +319,11 @@ def generate(
     return GenerationResult(token_ids=new_tokens, stats=stats)
 
 
-def _check_memory(memory: TokenMemory, model: torch.nn.Module, method: str, k: int) -> None:
+def _check_memory(memory: TokenMemory, vocab: int, method: str, k: int) -> None:
     if not isinstance(memory, TokenMemory):
         raise TypeError(f"memory must be a recap.TokenMemory, got {type(memory).__name__}")
     if memory.method != method:
         raise ValueError(f"this memory was made for method {memory.method!r}, not {method!r}; pass it to that method")
-    vocab = output_vocab_size(model)
     if memory.vocab_size != vocab:
         raise ValueError(f"this memory covers a vocabulary of {memory.vocab_size} tokens but the model has {vocab}")
     if memory.k < k:

@@ -99,16 +99,21 @@ def _topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class HFTarget:
-    """One request's view of a transformers model: prefill, tree verify, KV commit.
+    """One request's view of a transformers model, the decode loop's only window on it: the facts
+    it needs (``vocab_size``, ``placeholder_ids``; the support check runs on construction) and the
+    three operations prefill, tree verify, KV commit.
 
     ``length`` is the number of committed tokens in the cache; the root of the next tree
-    (the last committed token) is not in it yet.
+    (the last committed token) is not in it yet. ``logits`` holds the raw logits of the last
+    prefill (its last row, [1, V]) or verify ([N, V]) for the token choices that need them.
     """
 
-    def __init__(self, model: torch.nn.Module, k: int) -> None:
+    def __init__(self, model: torch.nn.Module, k: int = 8) -> None:
         self.support = check_supported(model)
         self.model = model
-        self.k = k
+        self.k = k  # candidates per row of the top-k handed to drafters
+        self.vocab_size = output_vocab_size(model)
+        self.placeholder_ids = image_token_ids(model)
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.cache = None
@@ -117,14 +122,19 @@ class HFTarget:
         # [R, 1, 1] (R rows of M-RoPE positions)
         self.position_base = torch.zeros((1, 1), dtype=torch.long, device=self.device)
         self._pending = 0
+        self.logits: torch.Tensor | None = None  # [rows, V] of the last prefill (its last row) or verify
 
     def prefill(self, inputs: Mapping[str, torch.Tensor], positions: Sequence[int]) -> tuple[int, TopK | None]:
-        """Run the prompt (and images); return the first new token and the top-k at
-        ``positions`` of the prompt (None if no positions were asked for)."""
+        """Run the prompt (and images); return the greedy first new token and the top-k at
+        ``positions`` of the prompt (None if no positions were asked for).
+
+        ``inputs``: the model's forward inputs, either a processor's output or what ``generate``
+        prepares for its own prefill (``prepare_inputs_for_generation``: pre-encoded images, M-RoPE
+        ``position_ids`` [4, 1, L]); given ``position_ids`` are used as they are."""
         inputs = {  # labels (some processors return them) are a training input, not a prompt's
             key: value.to(self.device) if isinstance(value, torch.Tensor) else value
             for key, value in inputs.items()
-            if key != "labels"
+            if key not in ("labels", "cache", "past_key_values", "use_cache", "logits_to_keep")
         }
         length = int(inputs["input_ids"].shape[1])
         keep = torch.tensor([*positions, length - 1], device=self.device) if positions else 1
@@ -142,6 +152,7 @@ class HFTarget:
         self.position_base = position_ids[..., -1:] + (1 - length)
         self.length = length
         logits = out.logits[0]  # [P + 1, V]
+        self.logits = logits[-1:]
         first = int(logits[-1].argmax())
         if not positions:
             return first, None
@@ -161,7 +172,7 @@ class HFTarget:
             out = self.model(
                 input_ids=input_ids, attention_mask=mask, position_ids=position_ids, cache=self.cache, use_cache=True
             )
-            logits = out.logits[0]  # [N, V]
+            logits = self.logits = out.logits[0]  # [N, V]
             greedy = logits.argmax(dim=-1)
             ids, probs = _topk(logits, self.k)
             ids_and_greedy = torch.cat([greedy[:, None], ids], dim=1).cpu().numpy()
@@ -212,3 +223,4 @@ class HFTarget:
 
     def close(self) -> None:
         self.cache = None
+        self.logits = None

@@ -171,19 +171,27 @@ class MethodRunner:
             k = memory_k(self.spec.kind, self.spec.config)
             self.memory = TokenMemory(output_vocab_size(self.model), k=k, method=self.spec.kind)
 
-    def __call__(self, inputs: Mapping[str, Any], max_new_tokens: int) -> Run:
+    def __call__(
+        self, inputs: Mapping[str, Any], max_new_tokens: int, sampling: Mapping[str, Any] | None = None, seed: int = 0
+    ) -> Run:
+        """One request. ``sampling``: generate's sampling arguments (``do_sample=True``, temperature,
+        ...), drawn after ``torch.manual_seed(seed)``; greedy without."""
         if self.memory_mode == "cold" and self.memory is not None:
             self.memory.clear()  # every row, as RecapConfig(persistent=False) does; the calibration stays
         kind = self.spec.kind
+        decoding = dict(sampling) if sampling else {"do_sample": False}
+        torch.manual_seed(seed)
         if kind in ("generate", "hf-prompt-lookup"):
             extra = {"prompt_lookup_num_tokens": 10} if kind == "hf-prompt-lookup" else {}
             start = time.perf_counter()
             with torch.inference_mode():
-                out = self.model.generate(**inputs, do_sample=False, max_new_tokens=max_new_tokens, **extra)
+                out = self.model.generate(**inputs, max_new_tokens=max_new_tokens, **decoding, **extra)
             seconds = time.perf_counter() - start
             return Run(self.spec.name, out[0, inputs["input_ids"].shape[1] :].tolist(), seconds)
         start = time.perf_counter()
-        result = generate(self.model, inputs, kind, max_new_tokens, config=self.spec.config, memory=self.memory)
+        result = generate(
+            self.model, inputs, kind, max_new_tokens, config=self.spec.config, memory=self.memory, **decoding
+        )
         seconds = time.perf_counter() - start
         stats = result.stats
         return Run(

@@ -141,8 +141,9 @@ def markdown(results: dict[str, Any]) -> str:
         f"- persistent memory: **{meta['memory']}** ({meta['memory_note']})",
         f"- protocol: {meta['protocol']}",
         f"- date: {meta['date']}, machine: {meta['machine']}",
+        f"- decoding: {meta.get('decoding', 'greedy: generate(do_sample=False)')}",
         "",
-        "Speedup is measured against the model's own `generate(do_sample=False)` on the same request.",
+        "Speedup is measured against the model's own `generate` with the same arguments on the same request.",
         "",
     ]
     costs = results.get("costs")

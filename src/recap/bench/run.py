@@ -29,6 +29,8 @@ def run_bench(
     progress: bool = True,
     preset_memories: dict[str, Any] | None = None,
     costs: dict[str, Any] | None = None,
+    sampling: dict[str, Any] | None = None,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Run every method on every request and return the results (see report.aggregate).
 
@@ -42,9 +44,18 @@ def run_bench(
     under "failures" and left out of its aggregates; any other method raising is a bug and
     propagates. ``preset_memories`` maps a method name to the memory it starts from (e.g. one
     loaded from a file). ``costs`` (``costs.measure_costs``) adds the verification cost table.
+    ``sampling``: generate's sampling arguments (e.g. ``{"do_sample": True, "temperature": 0.7}``);
+    every method then runs request i after ``torch.manual_seed(seed + i)``, and the reference is
+    ``generate`` with the same arguments and seed, whose tokens every method must reproduce.
+    Greedy without.
     """
     if memory not in ("warm", "cold"):
         raise ValueError(f"memory must be 'warm' or 'cold', got {memory!r}")
+    if sampling and any(spec.kind in PEERS for spec in specs):
+        raise ValueError(
+            "hf-prompt-lookup cannot run in the sampling mode: transformers' assisted sampling draws differently "
+            "from plain sampling, so its tokens differ from generate's under the same seed by design; leave it out"
+        )
     runners = [MethodRunner(spec, model, memory) for spec in specs]
     for runner in runners:
         preset = (preset_memories or {}).get(runner.spec.name)
@@ -54,7 +65,7 @@ def run_bench(
         inputs = build_inputs(processor, warmup.prompt, warmup.image)
         for runner in runners:
             try:
-                runner(inputs, 32)
+                runner(inputs, 32, sampling, seed)
             except Exception:
                 if runner.spec.kind not in PEERS:
                     raise
@@ -68,7 +79,7 @@ def run_bench(
         runs = {}
         for runner in runners[shift:] + runners[:shift]:
             try:
-                runs[runner.spec.name] = runner(inputs, max_new_tokens)
+                runs[runner.spec.name] = runner(inputs, max_new_tokens, sampling, seed + i)
             except Exception as exc:  # a peer from the model library may not support this model
                 if runner.spec.kind not in PEERS:
                     raise
@@ -113,6 +124,7 @@ def run_bench(
         "memory": memory,
         "memory_note": "carried across requests in the order listed" if memory == "warm" else "fresh per request",
         "protocol": "warm-up 32 tokens per method; method order rotated per request; end-to-end timing",
+        "decoding": _decoding(sampling, seed),
         "requests": len(requests),
         "methods": methods,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -124,3 +136,11 @@ def run_bench(
     results["failures"] = failures
     results["samples"] = records
     return results
+
+
+def _decoding(sampling: dict[str, Any] | None, seed: int) -> str:
+    """How the reference decodes, in words (for the report)."""
+    if not sampling:
+        return "greedy: generate(do_sample=False)"
+    args = ", ".join(f"{k}={v}" for k, v in sampling.items())
+    return f"sampling: generate({args}) after torch.manual_seed({seed} + request index)"
