@@ -7,6 +7,7 @@ tree is verified through the model's own forward with a 4-D mask and explicit po
 
 from __future__ import annotations
 
+import inspect
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
@@ -72,6 +73,12 @@ def check_supported(model: torch.nn.Module) -> None:
         raise UnsupportedModelError(f"{type(model).__name__} is not a generative model with an lm_head")
 
 
+def cache_kwarg(model: torch.nn.Module) -> str:
+    """The keyword the model's forward takes its KV cache under: ``cache`` from transformers 5.24,
+    ``past_key_values`` before (5.23 and older; vLLM 0.32 pins transformers < 5.20)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def _topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy token [N] and top-k (ids, full-vocabulary probs) [N, k] of logits [N, V]."""
     logits = logits.float()
@@ -94,6 +101,7 @@ class HFTarget:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.cache = None
+        self.cache_kwarg = cache_kwarg(model)
         self.length = 0
         self.rope_delta = 0
         self._pending = 0
@@ -135,8 +143,9 @@ class HFTarget:
         mask[0, 0, :, length:].masked_fill_(blocked, torch.finfo(self.dtype).min)
         with torch.inference_mode():
             out = self.model(
-                input_ids=input_ids, attention_mask=mask, position_ids=position_ids, cache=self.cache, use_cache=True
-            )
+                input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=True,
+                **{self.cache_kwarg: self.cache},
+            )  # fmt: skip
             logits = out.logits[0]  # [N, V]
             greedy = logits.argmax(dim=-1)
             ids, probs = _topk(logits, self.k)
