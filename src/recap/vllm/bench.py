@@ -9,12 +9,16 @@ sampling in float32:
   ``arctic-inference`` package; left out, with a note, where it does not import);
 - ``recap``: RECAP through ``recap.vllm.RecapProposer``.
 
-Every method runs the requests twice: ``cold`` (a new engine: empty memories) and then ``warm``
-(same engine again, memories carried over; what a server sees), at batch sizes 1 (one request
-at a time) and 8 (eight concurrent requests). Reported per run: vLLM's spec-decode counters
-(drafts, draft tokens, accepted tokens, acceptance rate, mean acceptance length = 1 + accepted
-per draft step, accepted per position), tokens per forward (output tokens / per-request steps),
-wall time, tokens/s, and whether every output equals the reference's.
+Each run is a new engine that serves every request once, in order, ``batch`` at a time (1: one
+request at a time; 8: eight concurrent requests). Methods that keep memories across requests
+run twice: ``warm`` (what a server does: later requests draft from what earlier ones taught)
+and ``cold`` (nothing carried across requests: suffix decoding without its global tree of past
+responses, ``suffix_decoding_max_cached_requests=0``; RECAP with a fresh token memory per
+request, ``RECAP_VLLM_MEMORY_SCOPE=request``). No request is repeated. Reported per run: vLLM's
+spec-decode counters (drafts, draft tokens, accepted tokens, acceptance rate = accepted / draft
+tokens, mean acceptance length = 1 + accepted per draft step, accepted per position), tokens
+per forward (output tokens / per-request steps), wall time, tokens/s, and the share of outputs
+equal to the reference's.
 
 Set the environment before vLLM is imported (``engine_env``): this module does it when run as
 a script. On a CPU, vLLM's speculative steps are costly, so tokens/s says little about a GPU;
@@ -48,14 +52,16 @@ def engine_env() -> None:
         os.environ.setdefault(key, value)
 
 
-def speculative(method: str, k: int) -> dict[str, Any] | None:
-    """vLLM's ``speculative_config`` of ``method`` drafting up to ``k`` tokens per step."""
+def speculative(method: str, k: int, memory: str = "warm") -> dict[str, Any] | None:
+    """vLLM's ``speculative_config`` of ``method`` drafting up to ``k`` tokens per step (``memory``
+    "cold": nothing carried across requests; RECAP's side of it is an environment variable)."""
     if method == "none":
         return None
     if method == "ngram":
         return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4, "prompt_lookup_min": 1}
     if method == "suffix":
-        return {"method": "suffix", "num_speculative_tokens": k}
+        cold = {"suffix_decoding_max_cached_requests": 0} if memory == "cold" else {}
+        return {"method": "suffix", "num_speculative_tokens": k, **cold}
     if method == "recap":
         from . import speculative_config
 
@@ -72,7 +78,14 @@ def suffix_available() -> str | None:
     return None
 
 
-def make_llm(path: str | os.PathLike, method: str = "none", k: int = 4, max_num_seqs: int = 8, **kwargs: Any) -> Any:
+def make_llm(
+    path: str | os.PathLike,
+    method: str = "none",
+    k: int = 4,
+    max_num_seqs: int = 8,
+    memory: str = "warm",
+    **kwargs: Any,
+) -> Any:
     """A vLLM engine on ``path`` (float32, greedy-ready) with ``method``'s speculation."""
     from vllm import LLM
 
@@ -81,7 +94,15 @@ def make_llm(path: str | os.PathLike, method: str = "none", k: int = 4, max_num_
         max_num_seqs=max_num_seqs, max_num_batched_tokens=1024, disable_log_stats=False, seed=0,
     )  # fmt: skip
     settings.update(kwargs)
-    return LLM(model=str(path), speculative_config=speculative(method, k), **settings)
+    scope = os.environ.get("RECAP_VLLM_MEMORY_SCOPE")
+    os.environ["RECAP_VLLM_MEMORY_SCOPE"] = "request" if memory == "cold" else "shared"
+    try:  # read when the engine creates the proposer, in this process
+        return LLM(model=str(path), speculative_config=speculative(method, k, memory), **settings)
+    finally:
+        if scope is None:
+            os.environ.pop("RECAP_VLLM_MEMORY_SCOPE")
+        else:
+            os.environ["RECAP_VLLM_MEMORY_SCOPE"] = scope
 
 
 def prompts_for(path: str | os.PathLike, requests: Sequence[Any]) -> list[dict[str, Any]]:
@@ -187,22 +208,21 @@ def run(
             log(f"suffix left out: {why}")
             continue
         for batch in batches:
-            llm = make_llm(path, method, k, max_num_seqs=max(batch, 1))
-            try:
-                for memory in ("cold", "warm"):
+            for memory in ("cold", "warm") if method in ("suffix", "recap") else ("-",):
+                llm = make_llm(path, method, k, max_num_seqs=batch, memory=memory)
+                try:
                     run_ = measure(llm, prompts, lengths, batch)
-                    if method == "none" and memory == "cold":
-                        reference[batch] = run_["outputs"]
-                    ref = reference.get(batch) or next(iter(reference.values()), None)
-                    same = None if ref is None else [a == b for a, b in zip(run_["outputs"], ref)]
-                    run_["match"] = None if same is None else sum(same) / len(same)
-                    outputs = run_.pop("outputs")
-                    run_.update(method=method, batch=batch, memory=memory, output_lengths=[len(o) for o in outputs])
-                    result["runs"].append(run_)
-                    log(summary_line(run_))
-            finally:
-                del llm
-                _free_engine()
+                finally:
+                    del llm
+                    _free_engine()
+                outputs = run_.pop("outputs")
+                if method == "none":
+                    reference[batch] = outputs
+                same = [a == b for a, b in zip(outputs, reference[batch])]
+                run_.update(method=method, batch=batch, memory=memory, match=sum(same) / len(same))
+                run_["output_lengths"] = [len(o) for o in outputs]
+                result["runs"].append(run_)
+                log(summary_line(run_))
     return result
 
 
@@ -221,7 +241,7 @@ def summary_line(run_: dict[str, Any]) -> str:
         f"{run_['method']:>6} batch {run_['batch']} {run_['memory']}: "
         f"accepted/step {run_['mean_acceptance_length']:.2f}  acceptance {run_['acceptance_rate']:.3f}  "
         f"tokens/forward {run_['tokens_per_forward']:.2f}  {run_['tokens_per_second']:.1f} tok/s  "
-        f"match {run_['match'] if run_['match'] is None else format(run_['match'], '.3f')}"
+        f"match {run_['match']:.3f}"
     )
 
 
@@ -261,8 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="folder for results.json and results.md")
     args = parser.parse_args(argv)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    if "none" not in methods:
-        methods.insert(0, "none")  # the reference output
+    methods = ["none", *(m for m in methods if m != "none")]  # the reference output first
     bad = [m for m in methods if m not in METHODS]
     if bad:
         parser.error(f"unknown methods {bad}: choose from {', '.join(METHODS)}")

@@ -20,7 +20,9 @@ Settings (environment variables, read when the engine creates the proposer, sinc
 speculative config takes no extra fields):
 ``RECAP_VLLM_MEMORY`` a memory file (``TokenMemory.save`` / ``recap memory``) to start from;
 ``RECAP_VLLM_MIN_PROB`` (default 0.1) the chain's cut-off; ``RECAP_VLLM_NODES`` (default 32)
-the nodes of the tree the chain is chosen from.
+the nodes of the tree the chain is chosen from; ``RECAP_VLLM_MEMORY_SCOPE``: ``shared`` (the
+default: one token memory for every request, what a server wants) or ``request`` (each request
+starts from an empty memory of its own: RECAP with cold memory, for comparisons).
 """
 
 from __future__ import annotations
@@ -132,6 +134,9 @@ class RecapProposer:
                 f"model has {self.vocab_size} tokens and RECAP in vLLM needs k >= {TOPK}, method 'recap'"
             )
         self.memory = memory
+        self.memory_scope = os.environ.get("RECAP_VLLM_MEMORY_SCOPE") or "shared"
+        if self.memory_scope not in ("shared", "request"):
+            raise ValueError(f"RECAP_VLLM_MEMORY_SCOPE={self.memory_scope!r}: choose shared or request")
         self.stats = ProposerStats()
         self._drafters: dict[str, RecapDrafter] = {}
         self._rows: dict[str, _Rows] = {}  # this step's tapped rows, by request id
@@ -140,8 +145,8 @@ class RecapProposer:
         with _live_lock:
             _live.add(self)
         logger.info(
-            "RECAP proposer: up to %d tokens per step, min_prob %.2f, %d-node trees, memory %s",
-            self.k, self.min_prob, self.config.node_budget, memory,
+            "RECAP proposer: up to %d tokens per step, min_prob %.2f, %d-node trees, %s memory %s",
+            self.k, self.min_prob, self.config.node_budget, self.memory_scope, memory,
         )  # fmt: skip
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
@@ -210,7 +215,8 @@ class RecapProposer:
         return out
 
     def _begin(self, req_id: str, prompt: np.ndarray) -> RecapDrafter:
-        drafter = RecapDrafter(self.config, self.memory, self.blocked)
+        memory = self.memory if self.memory_scope == "shared" else TokenMemory(self.vocab_size, k=TOPK)
+        drafter = RecapDrafter(self.config, memory, self.blocked)
         drafter.begin(prompt.tolist(), [], None)
         self._drafters[req_id] = drafter
         self.stats.requests += 1
