@@ -157,9 +157,9 @@ def generate(llm: Any, prompts: Sequence[dict[str, Any]], max_tokens: Sequence[i
 def measure(llm: Any, prompts: Sequence[dict[str, Any]], max_tokens: Sequence[int], batch: int) -> dict[str, Any]:
     """One pass over the prompts: outputs, time and the spec-decode counters of this pass."""
     before = spec_counters(llm)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     outputs = generate(llm, prompts, max_tokens, batch)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     after = spec_counters(llm)
     counts = {name: after[name] - before[name] for name in COUNTERS}
     per_position = [a - b for a, b in zip(after["per_position"], before["per_position"] or [0] * 64)]
@@ -170,6 +170,8 @@ def measure(llm: Any, prompts: Sequence[dict[str, Any]], max_tokens: Sequence[in
         "seconds": seconds,
         "tokens": tokens,
         "tokens_per_second": tokens / seconds if seconds > 0 else 0.0,
+        "cpu_seconds": cpu,  # this process's CPU time: unlike wall time, not inflated when the machine pauses it
+        "tokens_per_cpu_second": tokens / cpu if cpu > 0 else 0.0,
         **counts,
         "accepted_per_position": per_position,
         "acceptance_rate": accepted / draft_tokens if draft_tokens else 0.0,
@@ -253,15 +255,16 @@ def markdown(results: Sequence[dict[str, Any]]) -> str:
             f"**{result['model']}** ({len(result['requests'])} requests, {result['max_tokens']} new tokens each, "
             f"k={result['k']})",
             "",
-            "| method | batch | memory | accepted / step | acceptance rate | tokens / forward | tokens/s | match |",
-            "|---|---|---|---|---|---|---|---|",
+            "| method | batch | memory | accepted / step | acceptance rate | tokens / forward "
+            "| tokens/s | tokens/CPU-s | match |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for r in result["runs"]:
             spec = r["method"] != "none"
             accepted = f"{r['mean_acceptance_length']:.2f} | {r['acceptance_rate']:.3f}" if spec else "- | -"
             lines.append(
                 f"| {r['method']} | {r['batch']} | {r['memory']} | {accepted} | {r['tokens_per_forward']:.2f} | "
-                f"{r['tokens_per_second']:.1f} | {r['match']:.3f} |"
+                f"{r['tokens_per_second']:.1f} | {r['tokens_per_cpu_second']:.1f} | {r['match']:.3f} |"
             )
         for method, why in result["left_out"].items():
             lines.append(f"\n{method}: left out ({why})")
