@@ -9,16 +9,18 @@ sampling in float32:
   ``arctic-inference`` package; left out, with a note, where it does not import);
 - ``recap``: RECAP through ``recap.vllm.RecapProposer``.
 
-Each run is a new engine that serves every request once, in order, ``batch`` at a time (1: one
-request at a time; 8: eight concurrent requests). Methods that keep memories across requests
-run twice: ``warm`` (what a server does: later requests draft from what earlier ones taught)
-and ``cold`` (nothing carried across requests: suffix decoding without its global tree of past
-responses, ``suffix_decoding_max_cached_requests=0``; RECAP with a fresh token memory per
-request, ``RECAP_VLLM_MEMORY_SCOPE=request``). No request is repeated. Reported per run: vLLM's
-spec-decode counters (drafts, draft tokens, accepted tokens, acceptance rate = accepted / draft
-tokens, mean acceptance length = 1 + accepted per draft step, accepted per position), tokens
-per forward (output tokens / per-request steps), wall time, tokens/s, and the share of outputs
-equal to the reference's.
+Each run is a new engine that, after one warm-up request (32 tokens, not one of the measured
+requests; it compiles the drafters' numba kernels), serves every request once, in order,
+``batch`` at a time (1: one request at a time; 8: eight concurrent requests). Methods that keep
+memories across requests run twice: ``warm`` (what a server does: later requests draft from
+what earlier ones taught) and ``cold`` (nothing carried across requests: suffix decoding
+without its global tree of past responses, ``suffix_decoding_max_cached_requests=0``; RECAP
+with a fresh token memory per request, ``RECAP_VLLM_MEMORY_SCOPE=request``). No measured
+request is repeated. Reported per run: vLLM's spec-decode counters (drafts, draft tokens,
+accepted tokens, acceptance rate = accepted / draft tokens, mean acceptance length = 1 +
+accepted per draft step, accepted per position), tokens per forward (output tokens /
+per-request steps), wall and CPU time, tokens/s, and the share of outputs equal to the
+reference's.
 
 Set the environment before vLLM is imported (``engine_env``): this module does it when run as
 a script. On a CPU, vLLM's speculative steps are costly, so tokens/s says little about a GPU;
@@ -40,6 +42,7 @@ METHODS = ("none", "ngram", "suffix", "recap")
 ENGINE_ENV = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # the engine in this process: ~2 s to start, statistics readable
     "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # threads as OMP_NUM_THREADS says (auto: one per core, pinned)
     "HF_HUB_OFFLINE": "1",
     "TOKENIZERS_PARALLELISM": "false",
 }
@@ -198,6 +201,7 @@ def run(
     path = model_path(model)
     requests = suite_requests(families, samples, seed)
     prompts = prompts_for(path, requests)
+    warmup = prompts_for(path, suite_requests("all", 1, seed + 1000)[:1])  # compiles the drafters' kernels
     lengths = [max_tokens] * len(prompts)
     result: dict[str, Any] = {
         "model": model, "requests": [r.id for r in requests], "max_tokens": max_tokens, "k": k,
@@ -213,6 +217,7 @@ def run(
             for memory in ("cold", "warm") if method in ("suffix", "recap") else ("-",):
                 llm = make_llm(path, method, k, max_num_seqs=batch, memory=memory)
                 try:
+                    generate(llm, warmup, [32], 1)
                     run_ = measure(llm, prompts, lengths, batch)
                 finally:
                     del llm
