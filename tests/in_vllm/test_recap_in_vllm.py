@@ -94,3 +94,27 @@ def test_the_tap_reads_the_targets_predictions_at_rejected_drafts() -> None:
         expected = torch.softmax(logits.float(), -1).topk(len(ids))
         assert int(ids[0]) == int(expected.indices[0]), "a rejected row's top-1 is not the target's prediction there"
         np.testing.assert_allclose(probs[0], float(expected.values[0]), rtol=1e-3, atol=1e-5)
+
+
+def test_a_memory_file_warms_a_new_engine(tmp_path, monkeypatch) -> None:
+    """RECAP_VLLM_MEMORY: a memory saved from one engine starts the next one warm."""
+    path = recap.vllm.model_path("tiny-qwen2.5-vl")
+    prompts = bench.prompts_for(path, suite_requests("all", 1, 2))
+    llm, proposer = _engine(path, "recap")
+    try:
+        first = bench.generate(llm, prompts, LENGTHS, 8)
+        proposer.memory.save(tmp_path / "memory.safetensors")
+        rows = proposer.memory.rows_filled
+    finally:
+        del llm
+        bench._free_engine()
+    monkeypatch.setenv("RECAP_VLLM_MEMORY", str(tmp_path / "memory.safetensors"))
+    llm, proposer = _engine(path, "recap")
+    try:
+        assert rows > 0 and proposer.memory.rows_filled == rows
+        before = bench.spec_counters(llm)["num_accepted_tokens"]
+        assert bench.generate(llm, prompts, LENGTHS, 8) == first
+        assert bench.spec_counters(llm)["num_accepted_tokens"] > before
+    finally:
+        del llm
+        bench._free_engine()
