@@ -118,3 +118,18 @@ def test_a_memory_file_warms_a_new_engine(tmp_path, monkeypatch) -> None:
     finally:
         del llm
         bench._free_engine()
+
+
+def test_the_proposer_refuses_a_vllm_version_the_tap_was_not_checked_against(monkeypatch) -> None:
+    from vllm.engine.arg_utils import EngineArgs
+
+    from recap.vllm import tap
+
+    path = recap.vllm.model_path("tiny-qwen2.5-vl")
+    config = EngineArgs(
+        model=str(path), dtype="float32", max_model_len=2048, speculative_config=recap.vllm.speculative_config(k=4)
+    ).create_engine_config()
+    assert RecapProposer(config).k == 4
+    monkeypatch.setattr(tap, "installed_version", lambda: "0.33.1")
+    with pytest.raises(tap.UnsupportedVLLMError, match=r"vLLM 0\.33\.1 is installed.*ngram, suffix"):
+        RecapProposer(config)
