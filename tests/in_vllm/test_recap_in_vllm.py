@@ -45,6 +45,15 @@ def test_recap_equals_vllm_greedy_cold_and_warm_batch_1_and_8(reference) -> None
     name, path, a, b, refs = reference
     llm, proposer = _engine(path, "recap")
     assert isinstance(proposer, RecapProposer), "vLLM did not create recap's proposer"
+    places: dict[str, set[int]] = {}  # the batch rows each request was seen in
+    tap = proposer.recap_tap
+
+    def spy(runner, logits, metadata):
+        for i, req_id in enumerate(runner.input_batch.req_ids[: runner.input_batch.num_reqs]):
+            places.setdefault(req_id, set()).add(i)
+        tap(runner, logits, metadata)
+
+    proposer.recap_tap = spy
     try:
         assert bench.generate(llm, a, LENGTHS, 8) == refs["a8"], f"{name}: cold memory, 8 concurrent requests"
         assert bench.generate(llm, b, LENGTHS, 1) == refs["b1"], f"{name}: warm memory, one request at a time"
@@ -58,6 +67,7 @@ def test_recap_equals_vllm_greedy_cold_and_warm_batch_1_and_8(reference) -> None
         assert stats.accepted > 0 and warm["num_accepted_tokens"] > 0, "RECAP never drafted a token vLLM accepted"
         assert stats.rejected_rows > 0, "the tap saw no rejected draft's row"
         assert len(proposer._drafters) <= 8, "request states are not freed when requests finish"
+        assert any(len(rows) > 1 for rows in places.values()), "no request moved between batch rows"
     finally:
         del llm
         bench._free_engine()
