@@ -2,10 +2,17 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: bench bench-full test lint overhead
+VLLM_VENV := .venv-vllm
+# vLLM's CPU build runs speculative steps much faster with the Intel OpenMP it ships
+VLLM_RUN := LD_PRELOAD=$(abspath $(VLLM_VENV))/lib/libiomp5.so $(VLLM_VENV)/bin/python
+
+.PHONY: bench bench-full bench-vllm test test-vllm lint overhead
 
 $(VENV)/.installed: pyproject.toml scripts/setup-venv.sh
 	bash scripts/setup-venv.sh
+
+$(VLLM_VENV)/.installed: pyproject.toml scripts/setup-vllm-venv.sh
+	bash scripts/setup-vllm-venv.sh
 
 # The main job: a quick side-by-side bench on the embedded default model (a few minutes on a CPU).
 bench: $(VENV)/.installed
@@ -22,6 +29,15 @@ bench-full: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest
+
+# RECAP inside vLLM (its own environment, vLLM 0.32 on the CPU), and the HF backend's lossless tests
+# once more under the oldest transformers recap allows (5.19, vLLM's pin; `make test` runs the newest)
+test-vllm: $(VLLM_VENV)/.installed
+	$(VLLM_RUN) -m pytest tests/in_vllm tests/test_vllm_plugin.py tests/test_lossless.py
+
+# RECAP vs vLLM's ngram and suffix methods inside vLLM, both embedded models (the README's table)
+bench-vllm: $(VLLM_VENV)/.installed
+	$(VLLM_RUN) -m recap.vllm.bench --samples 5 --max-tokens 200 --batch 1,8 -k 4 --out bench_out/vllm
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check src tests benchmarks scripts

@@ -391,3 +391,48 @@ def test_frequency_fallback_drafts_the_requests_most_frequent_tokens_where_no_ro
     off = RecapDrafter(RecapConfig(suffix_tokens=0, frequency_fallback=False), TokenMemory(1000), frozenset({500}))
     off.begin(prompt, [], None)
     assert len(off.propose([9])) == 1
+
+
+def _all_paths(tree: DraftTree) -> list[list[int]]:
+    return [tree.path(i) for i in range(len(tree))]
+
+
+def test_best_chain_is_the_valid_path_with_the_most_expected_tokens() -> None:
+    """A chain (what vLLM verifies) is RECAP's tree cut to its best root-to-node path."""
+    rng = np.random.default_rng(3)
+    memory = TokenMemory(60)
+    drafter = RecapDrafter(RecapConfig(node_budget=24, max_depth=6), memory)
+    history = rng.integers(0, 60, size=40).tolist()
+    drafter.begin(history, [], None)
+    for _ in range(30):  # teach it from random verified trees
+        tree = drafter.propose(history)
+        topk = TopK(rng.integers(0, 60, size=(len(tree), 8)), np.sort(rng.random((len(tree), 8)))[:, ::-1] / 4)
+        acceptance = accept_greedy(tree, topk.ids[:, 0])
+        committed = [*tree.tokens[acceptance.path[1:]].tolist(), acceptance.bonus]
+        drafter.observe(tree, topk, acceptance, committed)
+        history += committed
+    checked = 0
+    for max_tokens, min_prob in ((4, 0.0), (2, 0.0), (6, 0.3), (3, 0.99)):
+        tree = drafter.propose(history)
+        cells = drafter._cells.copy()
+        chain = drafter.best_chain(tree, max_tokens, min_prob)
+        valid = [
+            p for p in _all_paths(tree) if len(p) - 1 <= max_tokens and all(tree.probs[i] >= min_prob for i in p[1:])
+        ]
+        best = max(valid, key=lambda p: tree.probs[p[1:]].sum())
+        assert chain.tokens.tolist() == tree.tokens[best].tolist()
+        assert chain.parents.tolist() == list(range(-1, len(best) - 1)) and len(chain) <= max_tokens + 1
+        assert drafter._cells.tolist() == cells[best].tolist()  # observe calibrates the chain's nodes
+        checked += len(chain) > 2
+    assert checked, "no chain had two drafts; the test lost its power"
+
+
+def test_the_first_verified_row_of_a_request_is_keyed_by_the_prompt_tail() -> None:
+    """vLLM's first verified row is the prompt's last position, learned before any propose."""
+    memory = TokenMemory(1000)
+    drafter = RecapDrafter(RecapConfig(), memory)
+    drafter.begin([5, 11, 12, 13], [], None)
+    chain = DraftTree.from_lists([13], [-1])
+    drafter.observe(chain, make_topk(1), Acceptance(path=[0], bonus=100), [100])
+    assert drafter.context[3].get((11, 12, 13))[0] == make_topk(1).ids[0].tolist()
+    assert drafter.context[2].get((12, 13))[0] == make_topk(1).ids[0].tolist()

@@ -7,6 +7,7 @@ model's own forward with a 4-D mask, explicit positions and a cache recap owns.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
@@ -91,6 +92,12 @@ def _kind_blocked(kind: AttentionKind, query: torch.Tensor, key: torch.Tensor) -
     return query[:, None] - key[None, :] >= kind.window
 
 
+def cache_kwarg(model: torch.nn.Module) -> str:
+    """The keyword the model's forward takes its KV cache under: ``cache`` from transformers 5.24,
+    ``past_key_values`` before (5.23 and older; vLLM 0.32 pins transformers < 5.20)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def _topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy token [N] and top-k (ids, full-vocabulary probs) [N, k] of logits [N, V]."""
     logits = logits.float()
@@ -117,6 +124,7 @@ class HFTarget:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.cache = None
+        self.cache_kwarg = cache_kwarg(model)
         self.length = 0
         # position of the node at cache slot s and depth 0 is s + position_base; [1, 1] or
         # [R, 1, 1] (R rows of M-RoPE positions)
@@ -141,11 +149,12 @@ class HFTarget:
         cache = _new_cache(self.model)
         with torch.inference_mode(), _prefill_lock(self.model):
             inputs["position_ids"] = position_ids = _generation_positions(self.model, inputs)
-            out = self.model(**inputs, cache=cache, use_cache=True, logits_to_keep=keep)
-        if getattr(out, "cache", None) is not cache:
+            out = self.model(**inputs, use_cache=True, **{self.cache_kwarg: cache}, logits_to_keep=keep)
+        returned = getattr(out, self.cache_kwarg, None)  # ``cache`` from transformers 5.24, else past_key_values
+        if returned is not cache:
             raise UnsupportedModelError(
                 f"{type(self.model).__name__} (model type {self.model.config.model_type!r}) cannot verify draft "
-                f"trees: it keeps its own {type(getattr(out, 'cache', None)).__name__} instead of the cache recap "
+                f"trees: it keeps its own {type(returned).__name__} instead of the cache recap "
                 "passes, so recap cannot crop or re-index it. Use model.generate for this model."
             )
         self.cache = cache
@@ -170,8 +179,9 @@ class HFTarget:
         with torch.inference_mode():
             mask = self._tree_mask(tree, depths)
             out = self.model(
-                input_ids=input_ids, attention_mask=mask, position_ids=position_ids, cache=self.cache, use_cache=True
-            )
+                input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=True,
+                **{self.cache_kwarg: self.cache},
+            )  # fmt: skip
             logits = self.logits = out.logits[0]  # [N, V]
             greedy = logits.argmax(dim=-1)
             ids, probs = _topk(logits, self.k)

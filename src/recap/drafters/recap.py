@@ -155,6 +155,9 @@ class RecapDrafter:
         self.suffix.extend(collapse_runs(prompt_ids, self.blocked))
         self.frequent = FrequentTokens(self.config.k)
         self.frequent.add([t for t in prompt_ids if t not in self.blocked])
+        # the context of the prompt's last token, in case the first verified row is there (vLLM)
+        self._set_root(prompt_ids)
+        self._cells = self._empty
 
     def _seed_context(self, ids: np.ndarray, at: np.ndarray, topk: TopK) -> None:
         """Rows of the prompt's text positions under their last 2 and 3 prompt tokens."""
@@ -184,12 +187,17 @@ class RecapDrafter:
                 break
         return np.asarray(path, dtype=np.int64), length
 
-    def propose(self, history: Sequence[int]) -> DraftTree:
-        cfg = self.config
+    def _set_root(self, history: Sequence[int]) -> None:
+        """The root of the next verified tree is ``history[-1]``: keep its last 3 tokens."""
         context = self._root_context
         context[:] = -1
         tail = history[-3:]
         context[3 - len(tail) :] = tail
+
+    def propose(self, history: Sequence[int]) -> DraftTree:
+        cfg = self.config
+        self._set_root(history)
+        context = self._root_context
         suffix, suffix_length = self._suffix_path()
         fallback_tokens, fallback_q = self.frequent.arrays() if cfg.frequency_fallback else (self._empty, self._empty)
         cell_probs = self.memory.calibration.probabilities()
@@ -221,6 +229,38 @@ class RecapDrafter:
         tree = drafting.layout(tokens, parents, sources, probs, cells, keep, graft, graft_probs, graft_cells)
         self._cells = tree[5]
         return DraftTree(tokens=tree[0], parents=tree[1], depths=tree[2], sources=tree[3], probs=tree[4])
+
+    def best_chain(self, tree: DraftTree, max_tokens: int, min_prob: float = 0.0) -> DraftTree:
+        """The one path of ``tree`` (just returned by ``propose``) for an engine that verifies a
+        chain per step (vLLM): among root-to-node paths of at most ``max_tokens`` drafts whose
+        every node's path probability is at least ``min_prob``, the one with the most expected
+        accepted tokens (the sum of its nodes' ``probs``; the first in node order on a tie). A
+        chain is a ``DraftTree`` with one path, and ``observe`` learns from it as from a tree."""
+        n = len(tree)
+        score = np.zeros(n, dtype=np.float64)
+        ok = np.zeros(n, dtype=bool)
+        ok[0] = True
+        probs = tree.probs if tree.probs is not None else np.ones(n, dtype=np.float64)
+        best = 0
+        for i in range(1, n):  # parents precede children
+            p = int(tree.parents[i])
+            if not ok[p] or tree.depths[i] > max_tokens or probs[i] < min_prob:
+                continue
+            ok[i] = True
+            score[i] = score[p] + probs[i]
+            if score[i] > score[best]:
+                best = i
+        path = np.asarray(tree.path(best), dtype=np.int64)
+        m = len(path)
+        if len(self._cells) == n:
+            self._cells = self._cells[path]
+        return DraftTree(
+            tokens=tree.tokens[path],
+            parents=np.arange(-1, m - 1, dtype=np.int64),
+            depths=np.arange(m, dtype=np.int64),
+            sources=tree.sources[path],
+            probs=None if tree.probs is None else tree.probs[path],
+        )
 
     # -- learning ----------------------------------------------------------------------
     def observe(self, tree: DraftTree, topk: TopK, acceptance: Acceptance, committed: Sequence[int]) -> None:

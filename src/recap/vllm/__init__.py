@@ -1,0 +1,47 @@
+"""RECAP inside vLLM: a speculative proposer for vLLM's ``custom_class`` method.
+
+    from vllm import LLM
+    import recap.vllm
+
+    llm = LLM(model=path, dtype="float32", speculative_config=recap.vllm.speculative_config(k=4))
+
+or ``vllm serve PATH --speculative-config '{"method": "custom_class", "model":
+"recap.vllm.RecapProposer", "num_speculative_tokens": 4}'``. Output equals vLLM's greedy decoding
+without speculation (lossless); see ``proposer`` for how it drafts, ``tap`` for the one patch it
+makes to vLLM (checked for vLLM 0.32 only), ``models`` for loading the embedded models and
+``compat`` for machines where torchvision does not import. Needs ``pip install
+'recap-decoding[vllm]'``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import tap
+
+PROPOSER = "recap.vllm.RecapProposer"
+
+tap.prepare()  # before any vLLM engine starts in this process
+
+
+def speculative_config(k: int = 4) -> dict[str, Any]:
+    """vLLM's ``speculative_config`` for RECAP drafting up to ``k`` tokens per step."""
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be a positive integer (tokens drafted per step), got {k!r}")
+    return {"method": "custom_class", "model": PROPOSER, "num_speculative_tokens": k}
+
+
+def __getattr__(name: str) -> Any:
+    # imported on use: the proposer pulls in RECAP's compiled kernels, the models module transformers
+    if name in ("RecapProposer", "live_proposers"):
+        from . import proposer
+
+        return getattr(proposer, name)
+    if name in ("export_model", "model_path"):
+        from . import models
+
+        return getattr(models, name)
+    raise AttributeError(f"module 'recap.vllm' has no attribute {name!r}")
+
+
+__all__ = ["PROPOSER", "RecapProposer", "export_model", "live_proposers", "model_path", "speculative_config"]

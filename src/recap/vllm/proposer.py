@@ -1,0 +1,259 @@
+"""RECAP as a vLLM speculative proposer (``speculative_config={"method": "custom_class", ...}``).
+
+vLLM 0.32 verifies one chain per request per step. Each step, for every request in the batch:
+
+1. ``recap_tap`` (called from the wrapped ``_sample``, see ``recap.vllm.tap``) takes the top-k
+   of the request's verified rows: its root (the last committed token) and each draft,
+   rejected ones included.
+2. ``propose`` (vLLM calls it after the step's tokens are committed) lets the request's
+   ``RecapDrafter`` learn from those rows, as RECAP does from a verified tree, then drafts
+   RECAP's best-first tree from the history and returns its best chain (``best_chain``):
+   up to ``num_speculative_tokens`` tokens, fewer where the drafter's own estimate that the
+   path is accepted falls below ``min_prob``.
+
+State: one ``RecapDrafter`` per request (its 2-/3-token memories, suffix index, frequent
+tokens), keyed by request id, so rows may move between steps; it is dropped once vLLM forgets
+the request (finished or aborted). The persistent token memory (and its 2-/3-token rows and
+calibration) is one ``TokenMemory`` shared by every request the engine serves.
+
+Settings (environment variables, read when the engine creates the proposer, since vLLM's
+speculative config takes no extra fields):
+``RECAP_VLLM_MEMORY`` a memory file (``TokenMemory.save`` / ``recap memory``) to start from;
+``RECAP_VLLM_MIN_PROB`` (default 0.1) the chain's cut-off; ``RECAP_VLLM_NODES`` (default 32)
+the nodes of the tree the chain is chosen from; ``RECAP_VLLM_MEMORY_SCOPE``: ``shared`` (the
+default: one token memory for every request, what a server wants) or ``request`` (each request
+starts from an empty memory of its own: RECAP with cold memory, for comparisons).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..accept import Acceptance
+from ..config import RecapConfig
+from ..drafters.recap import RecapDrafter
+from ..memory import TokenMemory
+from ..topk import TopK
+from ..tree import DraftTree
+from . import tap
+
+logger = logging.getLogger("recap.vllm")
+
+TOPK = 8  # candidates kept per verified row (the memory's k)
+DEFAULT_MIN_PROB = 0.1
+DEFAULT_NODES = 32
+_live: weakref.WeakSet[RecapProposer] = weakref.WeakSet()
+_live_lock = threading.Lock()
+
+
+def live_proposers() -> list[RecapProposer]:
+    """The RECAP proposers alive in this process (with ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` the
+    engine runs in the caller's process, so tests and benchmarks can read their statistics)."""
+    with _live_lock:
+        return list(_live)
+
+
+@dataclass
+class ProposerStats:
+    """What the proposer saw and did, summed over the engine's life."""
+
+    steps: int = 0  # propose calls
+    requests: int = 0  # requests begun
+    rows: int = 0  # verified rows learned from (the tap's rows of committed steps)
+    rejected_rows: int = 0  # of those, rows of drafts the target rejected
+    drafts: int = 0  # tokens proposed
+    accepted: int = 0  # of the drafts verified, tokens accepted
+    verified_drafts: int = 0  # drafts vLLM verified (the tap's rows minus the roots)
+    inconsistent: int = 0  # rows not learned from: not the layout read, or not the committed tokens (expect 0)
+    chain_lengths: dict[int, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "chain_lengths": dict(sorted(self.chain_lengths.items()))}
+
+
+@dataclass
+class _Rows:
+    """One request's verified rows of one step: tokens [m] (root first), top-k ids/probs [m, K]."""
+
+    tokens: np.ndarray
+    ids: np.ndarray
+    probs: np.ndarray
+
+
+def _blocked_ids(hf_config: Any) -> frozenset[int]:
+    """Image / video placeholder ids: never keys, never drafts (as ``backends.hf.image_token_ids``)."""
+    ids = set()
+    for name in ("image_token_id", "image_token_index", "video_token_id", "video_token_index"):
+        value = getattr(hf_config, name, None)
+        if isinstance(value, int) and value >= 0:
+            ids.add(value)
+    return frozenset(ids)
+
+
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    if value in (None, ""):
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"{name}={value!r}: expected a number") from None
+
+
+class RecapProposer:
+    """vLLM custom proposer: ``RecapProposer(vllm_config)``; vLLM calls ``load_model`` once and
+    ``propose`` every step; the logits tap calls ``recap_tap`` just before sampling."""
+
+    def __init__(self, vllm_config: Any, memory: TokenMemory | None = None) -> None:
+        tap.install()  # refuses an unsupported vLLM before anything else
+        spec = vllm_config.speculative_config
+        model_config = vllm_config.model_config
+        self.k = int(spec.num_speculative_tokens)
+        self.max_model_len = int(model_config.max_model_len)
+        self.vocab_size = int(model_config.get_vocab_size())
+        self.blocked = _blocked_ids(model_config.hf_config)
+        self.min_prob = _env_float("RECAP_VLLM_MIN_PROB", DEFAULT_MIN_PROB)
+        nodes = int(_env_float("RECAP_VLLM_NODES", DEFAULT_NODES))
+        self.config = RecapConfig(
+            k=TOPK, node_budget=max(nodes, self.k), max_depth=self.k, adaptive_budget=False, seed_from_prefill=False
+        )
+        if memory is None:
+            path = os.environ.get("RECAP_VLLM_MEMORY")
+            memory = TokenMemory.load(path) if path else TokenMemory(self.vocab_size, k=TOPK, method="recap")
+        if memory.vocab_size != self.vocab_size or memory.k < TOPK or memory.method != "recap":
+            raise ValueError(
+                f"the RECAP memory covers {memory.vocab_size} tokens with k={memory.k} ({memory.method}); this "
+                f"model has {self.vocab_size} tokens and RECAP in vLLM needs k >= {TOPK}, method 'recap'"
+            )
+        self.memory = memory
+        self.memory_scope = os.environ.get("RECAP_VLLM_MEMORY_SCOPE") or "shared"
+        if self.memory_scope not in ("shared", "request"):
+            raise ValueError(f"RECAP_VLLM_MEMORY_SCOPE={self.memory_scope!r}: choose shared or request")
+        self.stats = ProposerStats()
+        self._drafters: dict[str, RecapDrafter] = {}
+        self._rows: dict[str, _Rows] = {}  # this step's tapped rows, by request id
+        self._req_ids: list[str] = []  # this step's batch order
+        self._live: Any = ()  # the runner's live requests (finished ones are dropped)
+        with _live_lock:
+            _live.add(self)
+        logger.info(
+            "RECAP proposer: up to %d tokens per step, min_prob %.2f, %d-node trees, %s memory %s",
+            self.k, self.min_prob, self.config.node_budget, self.memory_scope, memory,
+        )  # fmt: skip
+
+    def load_model(self, *args: Any, **kwargs: Any) -> None:
+        """Nothing to load: RECAP drafts from the target's own predictions."""
+
+    # -- the tap: the verified rows of this step ----------------------------------------
+    def recap_tap(self, runner: Any, logits: Any, metadata: Any) -> None:
+        """Keep the top-k of every row of ``logits`` [rows, vocab] by request (see ``tap``)."""
+        import torch
+
+        batch = runner.input_batch
+        num_reqs = batch.num_reqs
+        self._req_ids = list(batch.req_ids[:num_reqs])
+        self._live = runner.requests
+        with torch.inference_mode():
+            probs, ids = torch.softmax(logits.float(), dim=-1).topk(TOPK, dim=-1)  # [rows, K]
+            probs, ids = probs.cpu().numpy(), ids.cpu().numpy()
+            drafts = None if metadata is None else metadata.draft_token_ids.cpu().numpy()
+        roots = batch.token_ids_cpu[np.arange(num_reqs), batch.num_tokens_no_spec[:num_reqs] - 1]
+        counts = [0] * num_reqs if metadata is None else metadata.num_draft_tokens
+        rows, taken = self._rows, 0
+        rows.clear()
+        for i, req_id in enumerate(self._req_ids):
+            n = counts[i]
+            tokens = np.empty(n + 1, dtype=np.int64)
+            tokens[0] = roots[i]
+            if n:
+                tokens[1:] = drafts[taken - i : taken - i + n]
+            rows[req_id] = _Rows(tokens, ids[taken : taken + n + 1], probs[taken : taken + n + 1])
+            taken += n + 1
+        if taken != probs.shape[0]:  # not the layout recap reads: learn nothing this step (output is unaffected)
+            rows.clear()
+            self.stats.inconsistent += 1
+            logger.error(
+                "recap.vllm tap: %d logits rows where the batch has %d; this step is not learned from. Please report "
+                "it with your vLLM version.", probs.shape[0], taken,
+            )  # fmt: skip
+
+    # -- vLLM's proposer call ------------------------------------------------------------
+    def propose(
+        self,
+        sampled_token_ids: list[list[int]],
+        num_tokens_no_spec: np.ndarray,
+        token_ids_cpu: np.ndarray,
+        slot_mappings: Any = None,
+    ) -> list[list[int]]:
+        """Learn from this step's rows, then draft: 0..k tokens per batch row."""
+        self.stats.steps += 1
+        out: list[list[int]] = []
+        for i, sampled in enumerate(sampled_token_ids):
+            req_id = self._req_ids[i] if i < len(self._req_ids) else None
+            rows = self._rows.pop(req_id, None)
+            if not sampled or req_id is None:  # a partial prefill: nothing committed yet
+                out.append([])
+                continue
+            length = int(num_tokens_no_spec[i])
+            history = token_ids_cpu[i, :length]
+            drafter = self._drafters.get(req_id)
+            if drafter is None:
+                drafter = self._begin(req_id, history[: length - len(sampled)])
+            if rows is not None:
+                self._learn(drafter, rows, sampled, history[: length - len(sampled)])
+            room = self.max_model_len - length - 1
+            out.append(self._draft(drafter, history, min(self.k, room)) if room > 0 else [])
+        self._rows.clear()
+        for req_id in [r for r in self._drafters if r not in self._live]:
+            self._drafters.pop(req_id).end()  # finished or aborted
+        return out
+
+    def _begin(self, req_id: str, prompt: np.ndarray) -> RecapDrafter:
+        memory = self.memory if self.memory_scope == "shared" else TokenMemory(self.vocab_size, k=TOPK)
+        drafter = RecapDrafter(self.config, memory, self.blocked)
+        drafter.begin(prompt.tolist(), [], None)
+        self._drafters[req_id] = drafter
+        self.stats.requests += 1
+        return drafter
+
+    def _learn(self, drafter: RecapDrafter, rows: _Rows, sampled: Sequence[int], before: np.ndarray) -> None:
+        """RECAP's update from the verified chain: ``sampled`` = accepted drafts + the bonus;
+        ``before`` the request's tokens before them (the chain's root last)."""
+        m = len(rows.tokens)
+        accepted = len(sampled) - 1
+        if (
+            rows.tokens[0] != before[-1]
+            or accepted >= m
+            or list(rows.tokens[1 : 1 + accepted]) != list(sampled[:accepted])
+        ):
+            self.stats.inconsistent += 1
+            logger.warning("recap.vllm: a step's verified rows do not match its committed tokens; not learned from")
+            return
+        chain = DraftTree(
+            tokens=rows.tokens,
+            parents=np.arange(-1, m - 1, dtype=np.int64),
+            depths=np.arange(m, dtype=np.int64),
+            sources=np.zeros(m, dtype=np.int8),
+        )
+        acceptance = Acceptance(path=list(range(accepted + 1)), bonus=int(sampled[-1]))
+        drafter.observe(chain, TopK(rows.ids, rows.probs), acceptance, [int(t) for t in sampled])
+        self.stats.rows += m
+        self.stats.rejected_rows += m - 1 - accepted
+        self.stats.verified_drafts += m - 1
+        self.stats.accepted += accepted
+
+    def _draft(self, drafter: RecapDrafter, history: np.ndarray, max_tokens: int) -> list[int]:
+        tree = drafter.propose(history)
+        chain = drafter.best_chain(tree, max_tokens, self.min_prob)
+        drafts = chain.tokens[1:].tolist()
+        self.stats.drafts += len(drafts)
+        self.stats.chain_lengths[len(drafts)] = self.stats.chain_lengths.get(len(drafts), 0) + 1
+        return drafts
