@@ -20,7 +20,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from .backends.hf import HFTarget
 from .config import RecapConfig
-from .decode import _check_length, run
+from .decode import _eval_mode, run
 from .errors import InputError, UnsupportedGenerationError
 from .memory import TokenMemory
 from .processors import TokenRules
@@ -64,12 +64,14 @@ def speculative(
             raise UnsupportedGenerationError("synced_gpus is not supported: recap decodes on one device.")
         check_generation(generation_config, caller.get("assistant_model"))
         _check_request(input_ids, model_kwargs)
-        _check_length(model, generation_config.max_length)
         target = HFTarget(model)
         rules = TokenRules(logits_processor, stopping_criteria, generation_config.do_sample, input_ids)
         inputs = model.prepare_inputs_for_generation(input_ids, is_first_iteration=True, **model_kwargs)
         inputs = {key: value for key, value in inputs.items() if key not in _GENERATE_STATE}
-        result = run(target, rules, inputs, input_ids[0].tolist(), recap_method, recap_config, recap_memory, streamer)
+        with _eval_mode(model):  # a model left in train() mode decodes without dropout, then gets its modes back
+            result = run(
+                target, rules, inputs, input_ids[0].tolist(), recap_method, recap_config, recap_memory, streamer
+            )
     finally:
         if streamer is not None:
             streamer.end()
