@@ -16,7 +16,7 @@ $(VLLM_VENV)/.installed: pyproject.toml scripts/setup-vllm-venv.sh
 
 # The main job: a quick side-by-side bench on the embedded default model (a few minutes on a CPU).
 bench: $(VENV)/.installed
-	$(BIN)/recap bench --model tiny-qwen2.5-vl --samples 1 --max-new-tokens 96 --out bench_out/quick
+	$(BIN)/recap bench --model tiny-qwen2.5-vl --samples 2 --max-new-tokens 96 --out bench_out/quick
 
 # The full offline suite on both embedded models, warm memory (the numbers in the README): the default
 # configuration, then RECAP without each of its parts and the paper's RECAP vs ours at fixed budgets.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from recap import TokenMemory, TopK
+from recap import TokenMemory, TopK, kernels
 from recap.calibration import N_CELLS, Calibration, cell_index
 from recap.cost import best_size
 from recap.fusion import fuse_rows, lookup_rows
@@ -252,3 +252,42 @@ def test_calibration_learns_acceptance_rates_per_cell() -> None:
     assert calibration.observations == 2000
     assert cell_index(5, 1, 0.5) == -1  # the template is not calibrated
     assert cell_index(4, 1, 3) != cell_index(4, 1, 4) and cell_index(4, 9, 40) == cell_index(4, 3, 16)
+
+
+READY_CHECK = """
+import numba, recap
+from recap import calibration, kernels, topk
+from recap.kernels import drafting, tables, verify
+from recap.bench.workloads import suite_requests
+from recap.loading import build_inputs
+
+def signatures():
+    return {
+        f"{module.__name__}.{name}": list(value.signatures)
+        for module in (tables, drafting, verify, topk, calibration)
+        for name, value in vars(module).items()
+        if isinstance(value, numba.core.dispatcher.Dispatcher)
+    }
+
+kernels.ensure_ready()
+ready = signatures()
+model, processor = recap.zoo.load("tiny-qwen2.5-vl")
+for request in suite_requests("all", 1, 0):
+    inputs = build_inputs(processor, request.prompt, request.image)
+    for method in ("recap", "token_recycling", "pld"):
+        recap.generate(model, inputs, method, max_new_tokens=64)
+new = {name: [s for s in sigs if s not in ready.get(name, [])] for name, sigs in signatures().items()}
+print({name: sigs for name, sigs in new.items() if sigs})
+"""
+
+
+@pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="numba is not installed")
+def test_ensure_ready_compiles_every_signature_the_decode_loop_uses() -> None:
+    """A fresh process: after ``ensure_ready`` no kernel compiles (or loads) another signature
+    while requests decode, so no request pays a compilation in its middle."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", READY_CHECK], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "{}", done.stdout

@@ -33,7 +33,7 @@ def accept_greedy(tree: DraftTree, argmax: np.ndarray) -> Acceptance:
     equally long accepted paths the first in node order wins. (Compiled; the reference is
     ``accept_greedy_reference``.)
     """
-    path, bonus = verify.accept_greedy(tree.tokens, tree.parents, tree.depths, np.asarray(argmax, dtype=np.int64))
+    path, bonus = verify.accept_greedy(tree.tokens, tree.parents, tree.depths, np.ascontiguousarray(argmax, np.int64))
     return Acceptance(path=path.tolist(), bonus=int(bonus))
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from transformers import StoppingCriteriaList, StopStringCriteria
 
+from . import kernels
 from .accept import accept_greedy
 from .backends import Target
 from .backends.hf import check_supported, output_vocab_size
@@ -261,6 +262,7 @@ def run(
             memory = default_memory(target.model, method, k)
         else:
             _check_memory(memory, target.vocab_size, method, k)
+    kernels.ensure_ready()  # compile or load every kernel now, never in the middle of a request
     adaptive = method == "recap" and config.adaptive_budget
     cost = step_cost(target.model, config.node_budget + 1) if adaptive else None
     drafter = make_drafter(method, config, memory, target.placeholder_ids, cost)

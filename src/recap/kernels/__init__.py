@@ -16,6 +16,7 @@ plain Python: correct, only slower.
 
 from __future__ import annotations
 
+import threading
 import time
 
 try:
@@ -33,6 +34,10 @@ except ImportError:  # pragma: no cover - numba is a dependency; this keeps a br
     HAVE_NUMBA = False
 
 
+_ready_seconds: float | None = None
+_ready_lock = threading.Lock()
+
+
 def warm_up() -> float:
     """Compile (or load from the on-disk cache) every kernel; returns the seconds it took."""
     from . import drafting, tables, verify
@@ -42,3 +47,16 @@ def warm_up() -> float:
     drafting.warm_up()
     verify.warm_up()
     return time.perf_counter() - start
+
+
+def ensure_ready() -> float:
+    """``warm_up`` once per process (later calls return at once): the decode loop calls it
+    before its first request, so that no kernel compiles in the middle of a later one (e.g. the
+    context tables' rehash, first needed when a table grows). Returns the seconds the first
+    call took."""
+    global _ready_seconds
+    if _ready_seconds is None:
+        with _ready_lock:
+            if _ready_seconds is None:
+                _ready_seconds = warm_up()
+    return _ready_seconds

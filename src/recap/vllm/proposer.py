@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import kernels
 from ..accept import Acceptance
 from ..config import RecapConfig
 from ..drafters.recap import RecapDrafter
@@ -138,6 +139,8 @@ class RecapProposer:
         if self.memory_scope not in ("shared", "request"):
             raise ValueError(f"RECAP_VLLM_MEMORY_SCOPE={self.memory_scope!r}: choose shared or request")
         self.stats = ProposerStats()
+        ready = kernels.ensure_ready()  # at engine start, not in the middle of a request
+        logger.info("RECAP drafting kernels ready in %.1f s (numba: compiled once per machine, cached)", ready)
         self._drafters: dict[str, RecapDrafter] = {}
         self._rows: dict[str, _Rows] = {}  # this step's tapped rows, by request id
         self._req_ids: list[str] = []  # this step's batch order
