@@ -393,10 +393,16 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:240]
 
 
-def check(family: Family, lengths: tuple[int, ...] = (40, 100), seed: int = 0) -> Outcome:
+# generate's sampling and a prefix-dependent processor, compared under the same seed (``check(sampled=True)``)
+SAMPLING = dict(do_sample=True, temperature=0.8, top_k=20, top_p=0.95, repetition_penalty=1.1)
+
+
+def check(family: Family, lengths: tuple[int, ...] = (40, 100), seed: int = 0, sampled: bool = False) -> Outcome:
     """Build a tiny ``family`` model and compare every method with generate on prompts of
     ``lengths`` new tokens, each also with an EOS the greedy text reaches mid-way
-    (image-text: with and without an image)."""
+    (image-text: with and without an image). ``sampled``: also each drafting method with
+    ``SAMPLING`` against ``generate(**SAMPLING)`` under the same ``torch.manual_seed``, on the
+    first prompt."""
     import recap
     from recap.backends.hf import check_supported
     from recap.errors import UnsupportedModelError
@@ -440,6 +446,22 @@ def check(family: Family, lengths: tuple[int, ...] = (40, 100), seed: int = 0) -
                 tb = traceback.extract_tb(exc.__traceback__)[-1]
                 return Outcome("crash", f"{method} case {i}: {_first_line(exc)} at {tb.name}:{tb.lineno}")
             if got != expected:
-                at = next((j for j, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
-                return Outcome("mismatch", f"{method} case {i} (eos {eos}): first differs at token {at}")
+                return Outcome(
+                    "mismatch", f"{method} case {i} (eos {eos}): first differs at token {_first_diff(got, expected)}"
+                )
+    if sampled:
+        inputs, n = cases[0][0], cases[0][1]
+        torch.manual_seed(seed)
+        with torch.inference_mode():
+            out = model.generate(**inputs, max_new_tokens=n, **SAMPLING)
+        expected = out[0, inputs["input_ids"].shape[1] :].tolist()
+        for method in ("token_recycling", "recap"):
+            torch.manual_seed(seed)
+            got = recap.generate(model, inputs, method=method, max_new_tokens=n, **SAMPLING).token_ids
+            if got != expected:
+                return Outcome("mismatch", f"{method} sampled: first differs at token {_first_diff(got, expected)}")
     return Outcome("pass")
+
+
+def _first_diff(got: list[int], expected: list[int]) -> int:
+    return next((j for j, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
