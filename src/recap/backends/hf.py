@@ -11,6 +11,7 @@ import inspect
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -43,7 +44,11 @@ def output_vocab_size(model: torch.nn.Module) -> int:
 
 def image_token_ids(model: torch.nn.Module) -> frozenset[int]:
     """Placeholder token ids of images and videos: never keys, never draft nodes."""
-    config = model.config
+    return placeholder_ids(model.config)
+
+
+def placeholder_ids(config: Any) -> frozenset[int]:
+    """The image / video placeholder ids a model config names (``image_token_ids`` of a config)."""
     ids = set()
     for name in ("image_token_id", "image_token_index", "video_token_id", "video_token_index"):
         value = getattr(config, name, None)

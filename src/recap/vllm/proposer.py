@@ -39,6 +39,7 @@ import numpy as np
 
 from .. import kernels
 from ..accept import Acceptance
+from ..backends.hf import placeholder_ids
 from ..config import RecapConfig
 from ..drafters.recap import RecapDrafter
 from ..memory import TokenMemory
@@ -89,16 +90,6 @@ class _Rows:
     probs: np.ndarray
 
 
-def _blocked_ids(hf_config: Any) -> frozenset[int]:
-    """Image / video placeholder ids: never keys, never drafts (as ``backends.hf.image_token_ids``)."""
-    ids = set()
-    for name in ("image_token_id", "image_token_index", "video_token_id", "video_token_index"):
-        value = getattr(hf_config, name, None)
-        if isinstance(value, int) and value >= 0:
-            ids.add(value)
-    return frozenset(ids)
-
-
 def _env_float(name: str, default: float) -> float:
     value = os.environ.get(name)
     if value in (None, ""):
@@ -120,7 +111,7 @@ class RecapProposer:
         self.k = int(spec.num_speculative_tokens)
         self.max_model_len = int(model_config.max_model_len)
         self.vocab_size = int(model_config.get_vocab_size())
-        self.blocked = _blocked_ids(model_config.hf_config)
+        self.blocked = placeholder_ids(model_config.hf_config)
         self.min_prob = _env_float("RECAP_VLLM_MIN_PROB", DEFAULT_MIN_PROB)
         nodes = int(_env_float("RECAP_VLLM_NODES", DEFAULT_NODES))
         self.config = RecapConfig(
