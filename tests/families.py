@@ -12,6 +12,7 @@ import traceback
 import numpy as np
 import torch
 import transformers
+from tiny_models import TEXT
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import (
     MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
@@ -129,34 +130,12 @@ SURVEY_LENGTHS = (40, 100, 24)  # new tokens per prompt in the survey (the CI te
 # image-text families: a tiny config and a processor built offline (Pil image processors, a
 # word-level tokenizer with the family's special tokens)
 
-TEXT_DICT = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-    max_position_embeddings=2048,
+TEXT_DICT = dict(TEXT, head_dim=16)
+VISION = dict(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=28, patch_size=14
 )
-CLIP = dict(
-    model_type="clip_vision_model",
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    image_size=28,
-    patch_size=14,
-    projection_dim=32,
-)
-SIGLIP = dict(
-    model_type="siglip_vision_model",
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    image_size=28,
-    patch_size=14,
-)
+CLIP = dict(VISION, model_type="clip_vision_model", projection_dim=32)
+SIGLIP = dict(VISION, model_type="siglip_vision_model")
 CHAT = (
     "{% for m in messages %}{{ m['role'] }}: {% if m['content'] is string %}{{ m['content'] }}{% else %}"
     "{% for c in m['content'] %}{% if c['type'] == 'image' %}IMAGE {% else %}{{ c['text'] }}{% endif %}"

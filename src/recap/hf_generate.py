@@ -26,9 +26,6 @@ from .memory import TokenMemory
 from .processors import TokenRules
 from .stats import DecodeStats
 
-# forward inputs generate prepares that recap manages itself
-_GENERATE_STATE = ("cache", "past_key_values", "use_cache", "logits_to_keep")
-
 
 def speculative(
     model: torch.nn.Module,
@@ -66,8 +63,8 @@ def speculative(
         _check_request(input_ids, model_kwargs)
         target = HFTarget(model)
         rules = TokenRules(logits_processor, stopping_criteria, generation_config.do_sample, input_ids)
+        # (the cache and the other decoding state it holds are left out by the target's prefill)
         inputs = model.prepare_inputs_for_generation(input_ids, is_first_iteration=True, **model_kwargs)
-        inputs = {key: value for key, value in inputs.items() if key not in _GENERATE_STATE}
         with _eval_mode(model):  # a model left in train() mode decodes without dropout, then gets its modes back
             result = run(
                 target, rules, inputs, input_ids[0].tolist(), recap_method, recap_config, recap_memory, streamer

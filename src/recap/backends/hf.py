@@ -57,6 +57,11 @@ def placeholder_ids(config: Any) -> frozenset[int]:
     return frozenset(ids)
 
 
+# inputs a prompt's forward does not take from the caller: recap passes its own cache and keeps
+# what it needs; labels are a training input (some processors return them)
+NOT_PROMPT_INPUTS = ("labels", "cache", "past_key_values", "use_cache", "logits_to_keep")
+
+
 def check_supported(model: torch.nn.Module) -> TreeSupport:
     """Raise ``UnsupportedModelError`` unless the model has what tree verification needs."""
     return tree_support(model)
@@ -144,10 +149,10 @@ class HFTarget:
         ``inputs``: the model's forward inputs, either a processor's output or what ``generate``
         prepares for its own prefill (``prepare_inputs_for_generation``: pre-encoded images, M-RoPE
         ``position_ids`` [4, 1, L]); given ``position_ids`` are used as they are."""
-        inputs = {  # labels (some processors return them) are a training input, not a prompt's
+        inputs = {
             key: value.to(self.device) if isinstance(value, torch.Tensor) else value
             for key, value in inputs.items()
-            if key not in ("labels", "cache", "past_key_values", "use_cache", "logits_to_keep")
+            if key not in NOT_PROMPT_INPUTS
         }
         length = int(inputs["input_ids"].shape[1])
         keep = torch.tensor([*positions, length - 1], device=self.device) if positions else 1

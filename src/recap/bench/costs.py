@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..backends.hf import HFTarget, image_token_ids
+from ..backends.hf import HFTarget
 from ..cost import LADDER
 from ..tree import DraftTree
 
@@ -40,10 +40,9 @@ def measure_costs(
     is that of its tokens after the first (None if the prompt's answer ends too soon)."""
     sizes = [s for s in LADDER if s < max_nodes] + [max_nodes]
     prompt = inputs["input_ids"][0].tolist()
-    blocked = image_token_ids(model)
-    text = [t for t in prompt if t not in blocked] or [0]
-    rng = np.random.default_rng(0)
     target = HFTarget(model, k=8)
+    text = [t for t in prompt if t not in target.placeholder_ids] or [0]
+    rng = np.random.default_rng(0)
     target.prefill(inputs, [])
     verify: dict[int, list[float]] = {s: [] for s in sizes}
     per_token: list[float] = []

@@ -13,7 +13,7 @@ import torch
 from ..backends.hf import output_vocab_size
 from ..config import RecapConfig
 from ..decode import generate
-from ..drafters import memory_k
+from ..drafters import PERSISTENT_METHODS, memory_k
 from ..memory import TokenMemory
 
 REFERENCE = "generate"
@@ -162,14 +162,10 @@ class MethodRunner:
         self.spec = spec
         self.model = model
         self.memory_mode = memory_mode
-        self.memory: TokenMemory | None = None
-        self.reset()
-
-    def reset(self) -> None:
-        """A fresh persistent memory (for methods that have one)."""
-        if self.spec.kind in ("recap", "token_recycling"):
-            k = memory_k(self.spec.kind, self.spec.config)
-            self.memory = TokenMemory(output_vocab_size(self.model), k=k, method=self.spec.kind)
+        self.memory: TokenMemory | None = None  # the persistent memory of recap and token_recycling
+        if spec.kind in PERSISTENT_METHODS:
+            k = memory_k(spec.kind, spec.config)
+            self.memory = TokenMemory(output_vocab_size(model), k=k, method=spec.kind)
 
     def __call__(
         self, inputs: Mapping[str, Any], max_new_tokens: int, sampling: Mapping[str, Any] | None = None, seed: int = 0
