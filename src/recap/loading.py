@@ -60,7 +60,7 @@ def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto") -> 
     model = cls.from_pretrained(name_or_path, dtype=resolve_dtype(dtype, torch_device), attn_implementation="sdpa")
     model = model.to(torch_device).eval()
     tree_support(model)
-    from .zoo.processors import register
+    from .zoo.image_processor import register
 
     register()  # lets a saved tiny Qwen2.5-VL folder load its image-only processor
     try:

@@ -1,8 +1,8 @@
 """Start a tiny LLaVA-NeXT from a trained tiny Qwen2.5-VL: copy the text model, distil the vision path.
 
-    python -m recap.zoo.distill --teacher tiny-qwen2.5-vl --out checkpoints/llava-from-qwen --steps 1500
+    python -m tools.zoo_training.distill --teacher tiny-qwen2.5-vl --out checkpoints/llava-from-qwen --steps 1500
 
-Then fine-tune end to end: ``python -m recap.zoo.train --arch llava-next --init-from OUT/final ...``.
+Then fine-tune end to end: ``python -m tools.zoo_training.train --arch llava-next --init-from OUT/final ...``.
 
 The two embedded models share their BPE vocabulary (trained on the same suite text; only the
 special tokens differ), the text model's shape and a 28-pixel image grid. Qwen2.5-VL merges 2x2
@@ -30,9 +30,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .. import suite
-from .build import make_model
-from .train import image_features, learning_rate, save_checkpoint, training_record, write_summary
+from recap import suite
+from tools.zoo_training.build import make_model
+from tools.zoo_training.train import image_features, learning_rate, save_checkpoint, training_record, write_summary
 
 GRID = 8  # 28-px squares per side of a 224-px image
 TILE = 4  # 28-px patches per side of a 112-px LLaVA tile
@@ -176,8 +176,8 @@ def main(argv: list[str] | None = None) -> None:
 
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from . import ROOT
-    from .processors import register
+    from recap.zoo import ROOT
+    from recap.zoo.image_processor import register
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> None:
     teacher_training = teacher_dir / "training.json"
     summary = {
         "kind": "distill",
-        "command": " ".join(["python -m recap.zoo.distill", *(sys.argv[1:] if argv is None else argv)]),
+        "command": " ".join(["python -m tools.zoo_training.distill", *(sys.argv[1:] if argv is None else argv)]),
         "arch": "llava-next",
         "teacher": args.teacher,
         "teacher_training": json.loads(teacher_training.read_text()) if teacher_training.is_file() else None,

@@ -1,13 +1,13 @@
 """``seed`` accuracy per question kind (colour, shape, count, total; see ``recap.suite.seed``).
 
-    python scripts/seed_by_kind.py --model tiny-qwen2.5-vl --model tiny-llava-next --samples 60
+    python -m tools.diagnostics.seed_by_kind --model tiny-qwen2.5-vl --model tiny-llava-next --samples 60
 
 Greedy answers to held-out ``seed`` items; each item's kind is read back from its seed, as
 ``recap.suite.seed.generate`` draws it first. Chance is 25% for every kind. The last row,
 "lookup", asks each item's options under a question that names one option's text, drawn apart from the
-scene (``recap.suite.seed.lookup_form``, ``recap.zoo.train.any_letter``): the step from an option's text
+scene (``recap.suite.seed.lookup_form``, ``tools.zoo_training.train.any_letter``): the step from an option's text
 to its letter, without the scene. The ", short" rows ask with the short-answer instruction, as
-``recap.zoo.train``'s short items do.
+``tools.zoo_training.train``'s short items do.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import torch
 from recap import suite
 from recap.loading import decode, load_model
 from recap.suite.seed import KINDS, lookup_form
-from recap.zoo.evaluate import EVAL_SEED, greedy
-from recap.zoo.train import SHORT_INSTRUCTION, any_letter
+from tools.zoo_training.evaluate import EVAL_SEED, greedy
+from tools.zoo_training.train import SHORT_INSTRUCTION, any_letter
 
 EXTRA_ROWS = ("all, short", "lookup", "lookup, short")
 FULL_TOKENS = 96  # an explain-first answer names its letter at the end, after the justification

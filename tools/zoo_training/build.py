@@ -89,7 +89,7 @@ def make_processor(arch: str, tokenizer: PreTrainedTokenizerFast) -> Any:
     if arch == "qwen2.5-vl":
         from transformers import Qwen2VLImageProcessorPil
 
-        from .processors import QwenVLImageProcessor
+        from recap.zoo.image_processor import QwenVLImageProcessor
 
         image_processor = Qwen2VLImageProcessorPil(
             min_pixels=IMAGE_SIZE * IMAGE_SIZE,
@@ -132,7 +132,7 @@ def make_model(
     """A randomly initialised model of ``arch`` (about 5M parameters with the default 128-wide
     vision tower; MLP ``vision_intermediate``, default twice the width), sdpa attention.
     ``attention_bias`` gives LLaVA's Llama text model q/k/v/o biases (Qwen2's have q/k/v biases),
-    so that a Qwen2.5-VL text model can be copied into it (``recap.zoo.distill``), whose
+    so that a Qwen2.5-VL text model can be copied into it (``tools.zoo_training.distill``), whose
     ``rms_norm_eps`` it then takes over (default: each architecture's own)."""
     vision_intermediate = vision_intermediate or 2 * vision_hidden
     vocab = len(tokenizer)

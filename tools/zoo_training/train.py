@@ -1,6 +1,6 @@
 """Train an embedded tiny VLM from scratch on the offline suite.
 
-    python -m recap.zoo.train --arch qwen2.5-vl --steps 3000 --out checkpoints/tiny-qwen2.5-vl
+    python -m tools.zoo_training.train --arch qwen2.5-vl --steps 3000 --out checkpoints/tiny-qwen2.5-vl
 
 Each step sees a batch of full suite answers and, unless ``--short-batch-size 0``, a batch of
 short-answer items on other scenes: the same kinds of prompt with LLaVA-1.5's instruction
@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import suite
-from ..suite import seed as seed_suite
-from ..suite.text import join_and
-from .build import ARCHS, make_model, make_processor, train_tokenizer
+from recap import suite
+from recap.suite import seed as seed_suite
+from recap.suite.text import join_and
+from tools.zoo_training.build import ARCHS, make_model, make_processor, train_tokenizer
 
 TOKENIZER_SEED = 7001  # corpus the tokenizer is trained on
 TRAIN_SEED = 1001  # training samples; evaluation uses other seeds
@@ -456,7 +456,7 @@ def main(argv: list[str] | None = None) -> None:
     if (saved_processor / "tokenizer.json").is_file():
         from transformers import AutoProcessor
 
-        from .processors import register
+        from recap.zoo.image_processor import register
 
         register()
         processor = AutoProcessor.from_pretrained(saved_processor)
@@ -544,7 +544,7 @@ def main(argv: list[str] | None = None) -> None:
     model.to(torch.float16).save_pretrained(final)
     processor.save_pretrained(final)
     summary = {
-        "command": " ".join(["python -m recap.zoo.train", *(sys.argv[1:] if argv is None else argv)]),
+        "command": " ".join(["python -m tools.zoo_training.train", *(sys.argv[1:] if argv is None else argv)]),
         "arch": args.arch,
         "parameters": parameters,
         "vocab_size": len(processor.tokenizer),

@@ -1,6 +1,6 @@
 """Linear probe: how much of a family's checkable field do a model's image tokens carry?
 
-    python scripts/probe_image_features.py --model tiny-llava-next --family ocr --samples 400
+    python -m tools.diagnostics.probe_image_features --model tiny-llava-next --family ocr --samples 400
 
 Fits a softmax regression from the image-token embeddings (the projector's output, flattened)
 to the checkable field (its first character for ocr/textvqa, else its first word) on 75% of the
@@ -16,7 +16,7 @@ import torch
 
 from recap import suite
 from recap.loading import load_model
-from recap.zoo.train import image_features
+from tools.zoo_training.train import image_features
 
 
 def image_tokens(model, processor, images: list) -> torch.Tensor:

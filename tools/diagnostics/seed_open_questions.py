@@ -1,8 +1,8 @@
 """Does a model perceive what a ``seed`` question asks, without the option letters?
 
-    python scripts/seed_open_questions.py --model tiny-qwen2.5-vl --samples 40
+    python -m tools.diagnostics.seed_open_questions --model tiny-qwen2.5-vl --samples 40
 
-Asks each held-out ``seed`` question open-ended, as ``recap.zoo.train.short_answer(sample,
+Asks each held-out ``seed`` question open-ended, as ``tools.zoo_training.train.short_answer(sample,
 seed_forms=("open",))`` does (the option list removed, the short-answer instruction appended), and
 counts greedy answers equal to the correct option's text (case, a final period and a leading
 "the" ignored). It separates "cannot see the attribute" from "cannot map it to a letter".
@@ -16,8 +16,8 @@ import torch
 
 from recap import suite
 from recap.loading import decode, load_model
-from recap.zoo.evaluate import EVAL_SEED, greedy
-from recap.zoo.train import short_answer
+from tools.zoo_training.evaluate import EVAL_SEED, greedy
+from tools.zoo_training.train import short_answer
 
 
 def normalized(text: str) -> str:

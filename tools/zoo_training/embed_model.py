@@ -1,8 +1,8 @@
 """Embed a trained tiny VLM: copy its final folder into the package, evaluate it on held-out
 suite samples and write its model card.
 
-    python scripts/embed_model.py --run checkpoints/tiny-qwen2.5-vl --name tiny-qwen2.5-vl \
-        --command "python -m recap.zoo.train --arch qwen2.5-vl ..."   # once per training phase
+    python -m tools.zoo_training.embed_model --run checkpoints/tiny-qwen2.5-vl --name tiny-qwen2.5-vl \
+        --command "python -m tools.zoo_training.train --arch qwen2.5-vl ..."   # once per training phase
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from recap.zoo import ROOT
-from recap.zoo.evaluate import evaluate, markdown
+from tools.zoo_training.evaluate import evaluate, markdown
 
 CARD = """# {name}
 
@@ -25,7 +25,7 @@ It exercises the real transformers code path of {target}; its answers are learne
 small procedural world (flat shapes, large glyphs, bar charts), not from real images.{origin}
 
 Load it with `recap.zoo.load("{name}")`, or `from_pretrained` on this folder (call
-`recap.zoo.processors.register()` first for the Qwen processor, which drops the video
+`recap.zoo.image_processor.register()` first for the Qwen processor, which drops the video
 processor so that no torchvision is needed).
 
 ## Training
@@ -77,7 +77,7 @@ def loss_summary(phase: dict) -> str:
     return f"loss ({' / '.join(LOSS_PARTS[k] for k in keys)}): {values}"
 
 
-DISTILL_PHASE = """### Phase {number}: from {teacher} (`recap.zoo.distill`)
+DISTILL_PHASE = """### Phase {number}: from {teacher} (`tools.zoo_training.distill`)
 - command: `{command}`
 - the text model and output layer copied from {teacher} (Llama attention with q/k/v biases, token rows matched
   by string); {vision_start} trained to reproduce, for every 28-px patch,
@@ -120,11 +120,11 @@ def render_phase(number: int, phase: dict, command: str) -> str:
     if short:
         forms = phase.get("seed_forms") or (["open"] if phase.get("open_seed_short") else ["letter"])
         named = f", seed's in the forms {', '.join(forms)}: `--seed-forms`" if forms != ["letter"] else ""
-        parts.append(f"{short} short-answer items (`recap.zoo.train.short_answer`{named})")
+        parts.append(f"{short} short-answer items (`tools.zoo_training.train.short_answer`{named})")
     if lookups:
         parts.append(
-            f"{lookups} text-only seed option lookups (`recap.zoo.train.lookup_batch_stream`: the options under"
-            " a question naming one, answered by its letter, no image)"
+            f"{lookups} text-only seed option lookups (`tools.zoo_training.train.lookup_batch_stream`: the options"
+            " under a question naming one, answered by its letter, no image)"
         )
     batch = " + ".join(parts)
     weighted = [
@@ -147,7 +147,7 @@ def render_phase(number: int, phase: dict, command: str) -> str:
         ),
         rescale=(
             f", image features first scaled to mean norm {phase['image_feature_norm']:g}"
-            " (`recap.zoo.train.rescale_image_features`)"
+            " (`tools.zoo_training.train.rescale_image_features`)"
             if phase.get("image_feature_norm")
             else ""
         ),
@@ -187,7 +187,8 @@ def origin(chain: list[dict]) -> str:
     )
     return (
         f"\nIts text model was copied from {teacher} {when}; {'each time ' if len(copies) > 1 else ''}its vision"
-        " path was then distilled from that model's (`recap.zoo.distill`). No weights come from outside this project."
+        " path was then distilled from that model's (`tools.zoo_training.distill`). No weights come from outside"
+        " this project."
     )
 
 

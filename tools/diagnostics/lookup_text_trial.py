@@ -1,10 +1,10 @@
 """Can a model's text part learn the seed option lookup? Text-only trial, no images.
 
-    python scripts/lookup_text_trial.py --model tiny-qwen2.5-vl --steps 1500 --batch-size 32
+    python -m tools.diagnostics.lookup_text_trial --model tiny-qwen2.5-vl --steps 1500 --batch-size 32
 
 Trains the model (in memory, nothing saved) on ``seed`` lookups without their image: the options
-under a question naming one of them (``recap.zoo.train.short_answer`` in the form "lookup-any": the
-named letter drawn apart from the scene by ``recap.zoo.train.any_letter``), loss on the letter; every
+under a question naming one of them (``tools.zoo_training.train.short_answer`` in the form "lookup-any": the
+named letter drawn apart from the scene by ``tools.zoo_training.train.any_letter``), loss on the letter; every
 250 steps it scores held-out lookups (seed 424242) by the most likely of the four letters.
 """
 
@@ -19,8 +19,8 @@ import torch
 from recap import suite
 from recap.loading import build_inputs, load_model
 from recap.suite.seed import LETTERS
-from recap.zoo.evaluate import EVAL_SEED
-from recap.zoo.train import TRAIN_SEED, short_answer
+from tools.zoo_training.evaluate import EVAL_SEED
+from tools.zoo_training.train import TRAIN_SEED, short_answer
 
 
 def lookups(processor, seed: int, count: int) -> list[tuple[torch.Tensor, int]]:

@@ -1,6 +1,6 @@
 """Held-out evaluation of an embedded model: accuracy per family, image dependence, length.
 
-    python -m recap.zoo.evaluate --model tiny-qwen2.5-vl --samples 25 --out eval.json
+    python -m tools.zoo_training.evaluate --model tiny-qwen2.5-vl --samples 25 --out eval.json
 
 Greedy decoding with the model's own ``generate``. Accuracy is the share of answers whose
 checkable field (colour, count, text read, bar value, letter, final number) is right.
@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
-from .. import suite
-from ..loading import build_inputs, decode, load_model
+from recap import suite
+from recap.loading import build_inputs, decode, load_model
 
-EVAL_SEED = 424242  # held out: training used recap.zoo.train.TRAIN_SEED
+EVAL_SEED = 424242  # held out: training used tools.zoo_training.train.TRAIN_SEED
 
 
 def greedy(model: torch.nn.Module, processor: Any, prompt: str, image: Any, max_new_tokens: int) -> list[int]:

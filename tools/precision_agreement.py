@@ -1,7 +1,7 @@
 """How often recap's tokens equal generate's on the embedded models in low precision, and
 whether every divergence starts at a near-tie of generate's own logits (tests/near_ties.py).
 
-    OMP_NUM_THREADS=1 nice -n 19 .venv/bin/python scripts/precision_agreement.py [--samples 4] [--dtype bfloat16]
+    OMP_NUM_THREADS=1 nice -n 19 .venv/bin/python tools/precision_agreement.py [--samples 4] [--dtype bfloat16]
 
 ``--samples`` requests per suite family (8 families), 200 new tokens, warm memory.
 """
