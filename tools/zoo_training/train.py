@@ -25,7 +25,7 @@ import platform
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -360,7 +360,8 @@ def training_record(init_from: Path | None) -> dict[str, Any] | None:
     return json.loads((init_from / "training.json").read_text())
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line, checked (one of the three batch sizes > 0; the vision flags need their partners)."""
     parser = argparse.ArgumentParser(description="Train an embedded tiny VLM from scratch on the offline suite.")
     parser.add_argument("--arch", choices=ARCHS, required=True)
     parser.add_argument("--out", type=Path, required=True)
@@ -441,16 +442,12 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--fresh-vision keeps the text model of --init-from: give --init-from")
     if args.init_from and not args.fresh_vision and (args.vision_hidden or args.vision_intermediate):
         parser.error("--vision-hidden/--vision-intermediate shape a new vision tower: add --fresh-vision")
-    vision_size = {
-        k: v for k, v in [("vision_hidden", args.vision_hidden), ("vision_intermediate", args.vision_intermediate)] if v
-    }
+    return args
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    args.out.mkdir(parents=True, exist_ok=True)
+
+def start_processor(args: argparse.Namespace) -> Any:
+    """The processor of ``--init-from``, or the one this run saved before (a resumed run), or a new one
+    around a tokenizer trained on the suite's text (saved to ``--out/processor``)."""
     processor_dir = args.out / "processor"
     saved_processor = args.init_from if args.init_from else processor_dir
     if (saved_processor / "tokenizer.json").is_file():
@@ -459,43 +456,46 @@ def main(argv: list[str] | None = None) -> None:
         from recap.zoo.image_processor import register
 
         register()
-        processor = AutoProcessor.from_pretrained(saved_processor)
-    else:
-        tokenizer = train_tokenizer(suite.corpus(args.tokenizer_samples, TOKENIZER_SEED), args.arch, args.vocab_size)
-        processor = make_processor(args.arch, tokenizer)
-        processor.save_pretrained(processor_dir)
-    if args.init_from:
-        from transformers import AutoModelForImageTextToText
+        return AutoProcessor.from_pretrained(saved_processor)
+    tokenizer = train_tokenizer(suite.corpus(args.tokenizer_samples, TOKENIZER_SEED), args.arch, args.vocab_size)
+    processor = make_processor(args.arch, tokenizer)
+    processor.save_pretrained(processor_dir)
+    return processor
 
-        model = AutoModelForImageTextToText.from_pretrained(
-            args.init_from, dtype=torch.float32, attn_implementation="sdpa"
-        )
-        if args.fresh_vision:
-            fresh = make_model(args.arch, processor.tokenizer, **vision_size)
-            transplant_text_model(model, fresh)
-            model = fresh
-    else:
-        model = make_model(args.arch, processor.tokenizer, **vision_size)
-    checkpoint = args.out / "checkpoint.pt"
-    if args.image_feature_norm and not checkpoint.is_file():
-        model.eval()
-        before, after = rescale_image_features(model, processor, args.image_feature_norm, args.data_seed)
-        print(f"image feature norm {before:.1f} -> {after:.1f}", flush=True)
-    fast_patch_embedding(model)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
-    start, history, elapsed_before = 0, [], 0.0
-    if checkpoint.is_file():
-        state = torch.load(checkpoint, weights_only=False)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["torch_rng"])
-        start, history, elapsed_before = state["step"], state["history"], state["elapsed"]
-        print(f"resumed from step {start}", flush=True)
-    parameters = sum(p.numel() for p in model.parameters())
-    print(f"{args.arch}: {parameters / 1e6:.2f}M parameters, vocab {len(processor.tokenizer)}", flush=True)
 
-    model.train()
-    streams = {}  # log name -> (batches, with images)
+def start_model(args: argparse.Namespace, processor: Any) -> torch.nn.Module:
+    """The model of ``--init-from`` (with a new vision path under ``--fresh-vision``), or a random one."""
+    vision_size = {
+        k: v for k, v in [("vision_hidden", args.vision_hidden), ("vision_intermediate", args.vision_intermediate)] if v
+    }
+    if not args.init_from:
+        return make_model(args.arch, processor.tokenizer, **vision_size)
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(args.init_from, dtype=torch.float32, attn_implementation="sdpa")
+    if args.fresh_vision:
+        fresh = make_model(args.arch, processor.tokenizer, **vision_size)
+        transplant_text_model(model, fresh)
+        model = fresh
+    return model
+
+
+def resume(checkpoint: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[int, list[dict], float]:
+    """(first step, loss history, minutes so far in seconds) of the run: from its checkpoint if there is one
+    (weights, optimizer and torch's RNG restored), else (0, [], 0.0)."""
+    if not checkpoint.is_file():
+        return 0, [], 0.0
+    state = torch.load(checkpoint, weights_only=False)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["torch_rng"])
+    print(f"resumed from step {state['step']}", flush=True)
+    return state["step"], state["history"], state["elapsed"]
+
+
+def data_streams(args: argparse.Namespace, start: int) -> dict[str, tuple[Any, bool]]:
+    """Log name -> (its batches from step ``start`` on, whether they have images), one per batch size > 0."""
+    streams = {}
     if args.batch_size:
         streams["loss"] = (batch_stream(args.data_seed, start, args.batch_size, weights=args.full_weights), True)
     if args.short_batch_size:
@@ -504,7 +504,23 @@ def main(argv: list[str] | None = None) -> None:
     if args.lookup_batch_size:
         lookups = lookup_batch_stream(args.data_seed, start, args.lookup_batch_size, args.lookup_forms)
         streams["lookup_loss"] = (lookups, False)
-    began, windows = time.time(), {name: [] for name in streams}
+    return streams
+
+
+def train_steps(
+    args: argparse.Namespace,
+    model: torch.nn.Module,
+    processor: Any,
+    optimizer: torch.optim.Optimizer,
+    checkpoint: Path,
+    start: int,
+    history: list[dict],
+    elapsed: Callable[[], float],
+) -> None:
+    """Steps ``start`` to ``--steps``: each sums the mean losses of one batch per stream; logs the mean
+    losses to ``history`` every ``--log-every`` steps and writes a checkpoint every ``--checkpoint-every``."""
+    streams = data_streams(args, start)
+    windows = {name: [] for name in streams}
     for step in range(start, args.steps):
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, args.steps, args.lr, args.warmup)
@@ -518,14 +534,14 @@ def main(argv: list[str] | None = None) -> None:
         optimizer.step()
         done = step + 1
         if done % args.log_every == 0 or done == args.steps:
-            elapsed = elapsed_before + time.time() - began
+            seconds = elapsed()
             entry = {"step": done, **{k: round(sum(v) / len(v), 4) for k, v in windows.items()}}
-            entry["minutes"] = round(elapsed / 60, 2)
+            entry["minutes"] = round(seconds / 60, 2)
             history.append(entry)
             windows = {name: [] for name in streams}
             shown = " ".join(f"{k} {v}" for k, v in entry.items() if k not in ("step", "minutes"))
             print(
-                f"step {done}/{args.steps} {shown} lr {optimizer.param_groups[0]['lr']:.2e} {elapsed / 60:.1f} min",
+                f"step {done}/{args.steps} {shown} lr {optimizer.param_groups[0]['lr']:.2e} {seconds / 60:.1f} min",
                 flush=True,
             )
         if done % args.checkpoint_every == 0 or done == args.steps:
@@ -535,18 +551,17 @@ def main(argv: list[str] | None = None) -> None:
                 "torch_rng": torch.get_rng_state(),
                 "step": done,
                 "history": history,
-                "elapsed": elapsed_before + time.time() - began,
+                "elapsed": elapsed(),
             }
             save_checkpoint(checkpoint, state)
 
-    final = args.out / "final"
-    model.eval()
-    model.to(torch.float16).save_pretrained(final)
-    processor.save_pretrained(final)
-    summary = {
+
+def run_summary(args: argparse.Namespace, argv: list[str] | None, model: Any, processor: Any) -> dict[str, Any]:
+    """What ``training.json`` records of this run besides what every run records (``write_summary``)."""
+    return {
         "command": " ".join(["python -m tools.zoo_training.train", *(sys.argv[1:] if argv is None else argv)]),
         "arch": args.arch,
-        "parameters": parameters,
+        "parameters": sum(p.numel() for p in model.parameters()),
         "vocab_size": len(processor.tokenizer),
         "steps": args.steps,
         "batch_size": args.batch_size,
@@ -568,7 +583,41 @@ def main(argv: list[str] | None = None) -> None:
         "init_from": str(args.init_from) if args.init_from else None,
         "init_training": training_record(args.init_from),
     }
-    write_summary(final, summary, history, elapsed_before + time.time() - began)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    processor = start_processor(args)
+    model = start_model(args, processor)
+    checkpoint = args.out / "checkpoint.pt"
+    if args.image_feature_norm and not checkpoint.is_file():
+        model.eval()
+        before, after = rescale_image_features(model, processor, args.image_feature_norm, args.data_seed)
+        print(f"image feature norm {before:.1f} -> {after:.1f}", flush=True)
+    fast_patch_embedding(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    start, history, elapsed_before = resume(checkpoint, model, optimizer)
+    parameters = sum(p.numel() for p in model.parameters())
+    print(f"{args.arch}: {parameters / 1e6:.2f}M parameters, vocab {len(processor.tokenizer)}", flush=True)
+
+    model.train()
+    began = time.time()
+
+    def elapsed() -> float:
+        return elapsed_before + time.time() - began
+
+    train_steps(args, model, processor, optimizer, checkpoint, start, history, elapsed)
+    final = args.out / "final"
+    model.eval()
+    model.to(torch.float16).save_pretrained(final)
+    processor.save_pretrained(final)
+    write_summary(final, run_summary(args, argv, model, processor), history, elapsed())
 
 
 if __name__ == "__main__":
