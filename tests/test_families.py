@@ -1,6 +1,6 @@
-"""Every transformers family the survey (scripts/model_families.py) built: each still passes
+"""Every transformers family the survey (tools/model_families.py) built: each still passes
 the lossless check, or is still refused up front with a clear reason (tests/family_status.json,
-the README's table). A shorter check than the survey's: one prompt per family (two for
+the table in docs/models.md). A shorter check than the survey's: one prompt per family (two for
 image-text models: with and without an image), each with and without a mid-way EOS, and the
 first prompt sampled with a repetition penalty under a seed (equal to generate's draws)."""
 

@@ -1,8 +1,9 @@
 """Survey: every decoder-only and image-text architecture of transformers, built tiny and
-offline, run through recap's lossless check; writes the README's family table and
-tests/family_status.json (what tests/test_families.py holds each family to).
+offline, run through recap's lossless check; writes the family table of docs/models.md (between
+its ``<!-- families:start -->`` and ``<!-- families:end -->`` markers) and tests/family_status.json
+(what tests/test_families.py holds each family to).
 
-    OMP_NUM_THREADS=1 nice -n 19 .venv/bin/python scripts/model_families.py [--only gpt2,llama] [--no-write]
+    OMP_NUM_THREADS=1 nice -n 19 .venv/bin/python tools/model_families.py [--only gpt2,llama] [--no-write]
 
 Each family runs in a forked child (memory cap, time limit), so one that cannot be built
 small (default vision towers of several GB) cannot take the survey down.
@@ -26,7 +27,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import families  # noqa: E402
 
-README = ROOT / "README.md"
+TABLE_PAGE = ROOT / "docs" / "models.md"
 STATUS = ROOT / "tests" / "family_status.json"
 START, END = "<!-- families:start -->", "<!-- families:end -->"
 LIMIT_SECONDS, LIMIT_BYTES = 300, 6 << 30
@@ -76,9 +77,9 @@ def table(results: dict[families.Family, families.Outcome]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--only", default="", help="comma-separated model types (default: all)")
-    parser.add_argument("--no-write", action="store_true", help="print only; do not touch README or the status file")
+    parser.add_argument("--no-write", action="store_true", help="print only; do not write the table or the status file")
     args = parser.parse_args()
     torch.set_num_threads(1)
     only = {t for t in args.only.split(",") if t}
@@ -95,13 +96,14 @@ def main() -> int:
     bad = [f.model_type for f, o in results.items() if o.status in ("mismatch", "crash")]
     if args.no_write or only:
         return 1 if bad else 0
-    text = README.read_text()
+    text = TABLE_PAGE.read_text()
     head, rest = text.split(START)
     _, tail = rest.split(END)
-    README.write_text(f"{head}{START}\n{table(results)}{END}{tail}")
+    TABLE_PAGE.write_text(f"{head}{START}\n{table(results)}{END}{tail}")
     status = {f"{f.kind}:{f.model_type}": o.status for f, o in results.items()}
     STATUS.write_text(json.dumps(status, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {README.name} and {STATUS.relative_to(ROOT)}; mismatches or crashes: {bad or 'none'}")
+    wrote = f"{TABLE_PAGE.relative_to(ROOT)} and {STATUS.relative_to(ROOT)}"
+    print(f"wrote {wrote}; mismatches or crashes: {bad or 'none'}")
     return 1 if bad else 0
 
 
