@@ -105,3 +105,10 @@ def build_inputs(processor: Any, prompt: str, image: Image.Image | str | Path | 
 def decode(processor: Any, token_ids: list[int]) -> str:
     tokenizer = getattr(processor, "tokenizer", processor)
     return tokenizer.decode(token_ids, skip_special_tokens=True)
+
+
+def sampling_arguments(temperature: float | None, top_p: float | None, top_k: int | None) -> dict[str, Any]:
+    """generate's sampling arguments from the CLI's options: {} (greedy) when none is given, else
+    ``do_sample=True`` and the ones given."""
+    given = {k: v for k, v in dict(temperature=temperature, top_p=top_p, top_k=top_k).items() if v is not None}
+    return {"do_sample": True, **given} if given else {}

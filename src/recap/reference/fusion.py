@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .config import FIXED_FUSION_WEIGHTS
-from .memory import Row
-from .tree import Source, key_order
+from ..codes import FIXED_FUSION_WEIGHTS
+from ..core.memory import Row
+from ..core.tree import Source, key_order
 
 Fused = tuple[list[int], list[float], list[int]]  # tokens, fused q, source of the most specific row holding each
 

@@ -7,7 +7,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .kernels import njit
+from ..kernels.tables import row_concentrations
 
 
 @dataclass(frozen=True)
@@ -45,25 +45,4 @@ class TopK:
 
 def row_concentration(probs: np.ndarray) -> np.ndarray:
     """exp(-entropy) of rows of probabilities [N, k] completed by a residual bucket. [N] float32"""
-    return _concentration(np.ascontiguousarray(probs, dtype=np.float32))
-
-
-@njit
-def concentration_of_row(probs: np.ndarray, i: int) -> np.float32:
-    """kappa of row ``i`` of ``probs`` [N, k] (see ``row_concentration``)."""
-    entropy, total = 0.0, 0.0
-    for j in range(probs.shape[1]):
-        p = min(max(np.float64(probs[i, j]), 1e-30), 1.0)
-        total += p
-        entropy -= p * np.log(p)
-    residual = min(max(1.0 - total, 1e-30), 1.0)
-    entropy -= residual * np.log(residual)
-    return np.float32(np.exp(-entropy))
-
-
-@njit
-def _concentration(probs: np.ndarray) -> np.ndarray:
-    out = np.empty(probs.shape[0], np.float32)
-    for i in range(probs.shape[0]):
-        out[i] = concentration_of_row(probs, i)
-    return out
+    return row_concentrations(np.ascontiguousarray(probs, dtype=np.float32))

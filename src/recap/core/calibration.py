@@ -7,7 +7,7 @@ a bin of q), and the cell's score is the observed acceptance rate of candidates 
 whose parent was accepted: P(accepted | parent accepted). The product of those along a path
 estimates the chance the whole path is accepted, so the sum over a tree's nodes estimates the
 tokens a step commits: best-first search on these scores maximises that estimate for every
-node budget, and the budget can be chosen from it (``recap.cost``).
+node budget, and the budget can be chosen from it (``recap.core.step_cost``).
 
 Sources: the 1-, 2- and 3-token memories and the persistent 2-/3-token memories (by the most
 specific row holding the token), the frequency fallback (bins of q), and the suffix
@@ -20,48 +20,12 @@ import threading
 
 import numpy as np
 
-from .kernels import njit
-from .kernels.tables import MAX_WEIGHT, PRIOR_WEIGHT
-from .tree import Source
+from ..codes import N_BINS, N_CELLS, N_DEPTHS, N_SOURCES, Q_EDGES
+from ..kernels.cells import cell_index, count_trials, recount
 
-N_SOURCES = 7  # order 1, order 2, order 3, frequency fallback, suffix, persistent order 2, persistent order 3
-N_DEPTHS = 3  # depth 1, 2, >= 3
-N_BINS = 16
-N_CELLS = N_SOURCES * N_DEPTHS * N_BINS
-# lower edges of the q bins (the last bin is [0.99, 1])
-Q_EDGES = np.array([0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99])
+__all__ = ["N_CELLS", "Calibration", "cell_index", "prior"]
+
 _Q_MIDPOINTS = np.append((Q_EDGES[1:] + Q_EDGES[:-1]) / 2, 0.995)
-
-
-@njit
-def cell_index(source: int, depth: int, value: float) -> int:
-    """The cell of a candidate: ``source`` a ``Source`` value (ORDER1/2/3, FREQUENCY, SUFFIX,
-    PERSISTENT2/3), ``depth`` >= 1 the depth it would take, ``value`` its fused q (or, for SUFFIX, the
-    length of the suffix match). -1 for a source that is not calibrated."""
-    if source == 1:
-        s = 0
-    elif source == 2:
-        s = 1
-    elif source == 3:
-        s = 2
-    elif source == 7:
-        s = 3
-    elif source == 4:
-        s = 4
-    elif source == 8:
-        s = 5
-    elif source == 9:
-        s = 6
-    else:
-        return -1
-    d = min(depth, 3) - 1
-    if s == 4:
-        b = min(max(int(value), 1), 16) - 1
-    else:
-        b = 15
-        while b > 0 and value < Q_EDGES[b]:
-            b -= 1
-    return (s * 3 + d) * 16 + b
 
 
 def prior() -> np.ndarray:
@@ -116,29 +80,12 @@ class Calibration:
 
     def refresh(self) -> None:
         """Recompute the probabilities after the counts changed (the caller holds ``lock``)."""
-        full = self.trials > MAX_WEIGHT
-        if full.any():
-            self.trials[full] *= 0.5
-            self.accepted[full] *= 0.5
-        self._probs[:] = (self.accepted + PRIOR_WEIGHT * self.prior) / (self.trials + PRIOR_WEIGHT)
+        recount(*self.arrays)
 
     def update(self, cells: np.ndarray, accepted: np.ndarray) -> None:
         """Count candidates that were verified with their parent accepted: ``cells`` [M] int
         (-1 ignored) and whether each was accepted [M] bool."""
-        keep = cells >= 0
-        cells, accepted = cells[keep], accepted[keep]
-        if cells.size == 0:
-            return
-        trials = np.bincount(cells, minlength=N_CELLS)
-        hits = np.bincount(cells, weights=accepted.astype(np.float64), minlength=N_CELLS)
+        cells = np.ascontiguousarray(cells, dtype=np.int64)
+        accepted = np.ascontiguousarray(accepted, dtype=np.bool_)
         with self.lock:
-            self.trials += trials
-            self.accepted += hits
-            self.refresh()
-
-    def table(self) -> dict[str, list[float]]:
-        """Per source: the estimated acceptance rate of each bin at depth 1 (for reports)."""
-        probs = self._probs.reshape(N_SOURCES, N_DEPTHS, N_BINS)
-        names = (Source.ORDER1, Source.ORDER2, Source.ORDER3, Source.FREQUENCY, Source.SUFFIX, Source.PERSISTENT2,
-                 Source.PERSISTENT3)  # fmt: skip
-        return {source.name.lower(): [round(float(v), 3) for v in probs[i, 0]] for i, source in enumerate(names)}
+            count_trials(*self.arrays, cells, accepted)

@@ -7,25 +7,31 @@ from enum import IntEnum
 
 import numpy as np
 
+from .. import codes
+from ..kernels.verify import ancestor_mask
+
 
 class Source(IntEnum):
-    """Where a draft node came from (for statistics)."""
+    """Where a draft node came from (for statistics); the codes are ``recap.codes.SOURCE_*``."""
 
-    ROOT = 0
-    ORDER1 = 1  # the persistent token memory (1-token key)
-    ORDER2 = 2  # the request-local 2-token memory
-    ORDER3 = 3  # the request-local 3-token memory
-    SUFFIX = 4  # the suffix-matched continuation
-    TEMPLATE = 5  # Token Recycling's static template
-    NGRAM = 6  # prompt lookup
-    FREQUENCY = 7  # RECAP's fallback: the request's most frequent tokens
-    PERSISTENT2 = 8  # the persistent 2-token memory (ours: where the request has no 2-token row)
-    PERSISTENT3 = 9  # the persistent 3-token memory (likewise)
+    ROOT = codes.SOURCE_ROOT
+    ORDER1 = codes.SOURCE_ORDER1  # the persistent token memory (1-token key)
+    ORDER2 = codes.SOURCE_ORDER2  # the request-local 2-token memory
+    ORDER3 = codes.SOURCE_ORDER3  # the request-local 3-token memory
+    SUFFIX = codes.SOURCE_SUFFIX  # the suffix-matched continuation
+    TEMPLATE = codes.SOURCE_TEMPLATE  # Token Recycling's static template
+    NGRAM = codes.SOURCE_NGRAM  # prompt lookup
+    FREQUENCY = codes.SOURCE_FREQUENCY  # RECAP's fallback: the request's most frequent tokens
+    PERSISTENT2 = codes.SOURCE_PERSISTENT2  # the persistent 2-token memory (where the request has no row)
+    PERSISTENT3 = codes.SOURCE_PERSISTENT3  # the persistent 3-token memory (likewise)
+
+
+_KEY_ORDERS = {Source.ORDER1: 1, Source.ORDER2: 2, Source.ORDER3: 3, Source.PERSISTENT2: 2, Source.PERSISTENT3: 3}
 
 
 def key_order(source: int) -> int:
     """The number of tokens in the key of a memory source (ORDER1/2/3, PERSISTENT2/3)."""
-    return {1: 1, 2: 2, 3: 3, 8: 2, 9: 3}[source]
+    return _KEY_ORDERS[source]
 
 
 @dataclass(frozen=True)
@@ -84,20 +90,7 @@ class DraftTree:
 
     def ancestor_mask(self) -> np.ndarray:
         """[N, N] bool: row i is True at i and at each ancestor of i (who node i may attend to)."""
-        from .kernels.verify import ancestor_mask
-
         return ancestor_mask(self.parents)
-
-    def ancestor_mask_reference(self) -> np.ndarray:
-        """The readable reference of ``ancestor_mask``: one depth at a time."""
-        n = len(self)
-        mask = np.zeros((n, n), dtype=bool)
-        mask[0, 0] = True
-        for depth in range(1, int(self.depths.max()) + 1):
-            rows = np.nonzero(self.depths == depth)[0]
-            mask[rows] = mask[self.parents[rows]]
-            mask[rows, rows] = True
-        return mask
 
     def path(self, node: int) -> list[int]:
         """Node indices from the root to ``node``, both included."""

@@ -3,7 +3,7 @@
 File layout (format ``recap-memory``, version 2): tensors ``ids`` [vocab, k] int32,
 ``probs`` [vocab, k] float32, ``kappa`` [vocab] float32 and ``filled`` [vocab] uint8 (0/1),
 the drafter's calibration counts ``calibration_trials`` / ``calibration_accepted``
-[N_CELLS] float64 (``recap.calibration``), and the persistent 2-/3-token rows: for o in 2, 3,
+[N_CELLS] float64 (``recap.core.calibration``), and the persistent 2-/3-token rows: for o in 2, 3,
 ``context{o}_keys`` [m_o] int64 (packed keys, ``recap.kernels.tables.pack_key``),
 ``context{o}_ids`` [m_o, k] int32, ``context{o}_probs`` [m_o, k] float32, ``context{o}_kappa``
 [m_o] float32, m_o given by the header's ``context{o}_rows`` (version 1 files, without the
@@ -11,6 +11,9 @@ calibration and the 2-/3-token rows, still load);
 the safetensors metadata key ``recap`` holds a JSON header with ``format``,
 ``format_version``, ``method``, ``k``, ``vocab_size``, ``fingerprint``, ``rows_filled``,
 ``created`` (ISO 8601, UTC) and ``recap_version``. Nothing is ever unpickled.
+
+This module knows the file; ``TokenMemory.save`` / ``TokenMemory.load`` (``recap.core.memory``)
+turn a memory into its tensors and back.
 """
 
 from __future__ import annotations
@@ -28,11 +31,10 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
-from .calibration import N_CELLS
-from .errors import MemoryFileError
-from .kernels.tables import EMPTY, TOKEN_BITS
-from .memory import METHODS, TokenMemory
-from .topk import TopK
+from ..codes import N_CELLS, PERSISTENT_METHODS, TOKEN_BITS
+from ..errors import MemoryFileError
+from ..version import __version__
+from .vocab import output_vocab_size
 
 FORMAT_NAME = "recap-memory"
 FORMAT_VERSION = 2
@@ -92,8 +94,6 @@ def tokenizer_fingerprint(obj: Any) -> str:
         payload = json.dumps({"kind": "tokenizer-vocab", "pairs": items}, ensure_ascii=False, separators=(",", ":"))
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
     if hasattr(obj, "get_output_embeddings"):
-        from .backends.hf import output_vocab_size
-
         model_type = getattr(getattr(obj, "config", None), "model_type", None)
         payload = json.dumps({"kind": "model", "model_type": model_type, "vocab": output_vocab_size(obj)})
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
@@ -101,29 +101,16 @@ def tokenizer_fingerprint(obj: Any) -> str:
 
 
 # -- saving ---------------------------------------------------------------------------------
-def _snapshot(memory: TokenMemory) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Copies of the memory's arrays and its header, taken under its lock (one consistent state)."""
-    with memory.lock:
-        tensors = {
-            "ids": np.array(memory.ids, dtype=np.int32, copy=True),
-            "probs": np.array(memory.probs, dtype=np.float32, copy=True),
-            "kappa": np.array(memory.kappa, dtype=np.float32, copy=True),
-            "filled": np.array(memory.filled, dtype=np.uint8, copy=True),
-        }
-        tensors["calibration_trials"], tensors["calibration_accepted"] = memory.calibration.counts()
-        for order, table in memory.context.items():
-            used = table.keys != EMPTY
-            for part, array in zip(("keys", "ids", "probs", "kappa"), table.arrays[:4]):
-                tensors[f"context{order}_{part}"] = array[used].copy()
-        method, k, vocab, fingerprint = memory.method, memory.k, memory.vocab_size, memory.fingerprint
-    from . import __version__
-
-    header = {
+def header_for(
+    method: str, k: int, vocab_size: int, fingerprint: str, tensors: dict[str, np.ndarray]
+) -> dict[str, Any]:
+    """The JSON header of a file holding ``tensors`` (``TokenMemory.snapshot``'s arrays)."""
+    return {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "method": method,
         "k": int(k),
-        "vocab_size": int(vocab),
+        "vocab_size": int(vocab_size),
         "fingerprint": str(fingerprint or ""),
         "rows_filled": int(tensors["filled"].sum()),
         "context2_rows": int(len(tensors["context2_keys"])),
@@ -131,7 +118,6 @@ def _snapshot(memory: TokenMemory) -> tuple[dict[str, np.ndarray], dict[str, Any
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "recap_version": __version__,
     }
-    return tensors, header
 
 
 def _fsync_dir(folder: str) -> None:
@@ -147,20 +133,17 @@ def _fsync_dir(folder: str) -> None:
         os.close(fd)
 
 
-def save_memory(memory: TokenMemory, path: PathLike) -> None:
-    """Write ``memory`` to ``path`` atomically.
+def write_file(path: PathLike, tensors: dict[str, np.ndarray], header: dict[str, Any]) -> None:
+    """Write a memory's ``tensors`` and ``header`` to ``path`` atomically.
 
-    A consistent snapshot is taken under ``memory.lock`` (other threads may keep decoding);
-    it is written to a temporary file in the same folder, flushed and fsynced, renamed onto
-    ``path`` and the folder fsynced. A crash or kill at any point leaves the previous file
-    intact; an interrupted save may leave a hidden ``.<name>.*.tmp`` file behind, never a
+    (``TokenMemory.save`` takes a consistent snapshot under the memory's lock, so other threads
+    may keep decoding, and calls this.) It is written to a temporary file in the same folder,
+    flushed and fsynced, renamed onto ``path`` and the folder fsynced. A crash or kill at any
+    point leaves the previous file intact; an interrupted save may leave a hidden ``.<name>.*.tmp`` file behind, never a
     partial ``path``. A memory that would not pass ``load_memory``'s checks is refused
     with ``ValueError``. An existing file's permissions are kept; a new file gets 0o644.
     """
-    if not isinstance(memory, TokenMemory):
-        raise TypeError(f"save_memory needs a recap.TokenMemory, got {type(memory).__name__}")
     path = os.fspath(path)
-    tensors, header = _snapshot(memory)
     try:
         _check_content(header, tensors)
     except _Invalid as e:
@@ -269,8 +252,9 @@ def _check_header(header: dict[str, Any]) -> None:
     for name in _HEADER_STRS:
         if not isinstance(header[name], str):
             raise _Invalid(f"has a malformed recap header ({name!r} must be a string, got {_short(header[name])})")
-    if header["method"] not in METHODS:
-        raise _Invalid(f"has unknown method {_short(header['method'])} (expected one of {', '.join(METHODS)})")
+    if header["method"] not in PERSISTENT_METHODS:
+        methods = ", ".join(PERSISTENT_METHODS)
+        raise _Invalid(f"has unknown method {_short(header['method'])} (expected one of {methods})")
     if header["k"] < 1 or header["vocab_size"] < 1:
         raise _Invalid(f"has a malformed recap header (k={header['k']}, vocab_size={header['vocab_size']}; need >= 1)")
 
@@ -382,8 +366,6 @@ def _check_expected(header: dict[str, Any], expected: Any) -> None:
     if expected is None:
         return
     if _tokenizer_of(expected) is None:  # a model: its output vocabulary
-        from .backends.hf import output_vocab_size
-
         vocab = output_vocab_size(expected)
         if header["vocab_size"] != vocab:
             raise _Invalid(
@@ -433,8 +415,8 @@ def _load(path: PathLike, expected: Any) -> tuple[dict[str, Any], dict[str, np.n
     return header, arrays, len(data)
 
 
-def load_memory(path: PathLike, expected: Any = None) -> TokenMemory:
-    """Read and validate a memory file written by ``save_memory``.
+def read_file(path: PathLike, expected: Any = None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The validated (header, tensors) of a memory file (``TokenMemory.load`` builds the memory).
 
     ``expected``, optional, is what the memory will be used with: a model (its output
     vocabulary size must match) or a tokenizer / processor (its ``tokenizer_fingerprint``
@@ -443,17 +425,7 @@ def load_memory(path: PathLike, expected: Any = None) -> TokenMemory:
     mismatch with ``expected``) raises ``MemoryFileError`` naming the file and the problem.
     """
     header, arrays, _ = _load(path, expected)
-    memory = TokenMemory(header["vocab_size"], header["k"], header["method"], header["fingerprint"])
-    memory.ids[:] = arrays["ids"]
-    memory.probs[:] = arrays["probs"]
-    memory.kappa[:] = arrays["kappa"]
-    memory.filled[:] = arrays["filled"].astype(bool)
-    if "calibration_trials" in arrays:
-        memory.calibration.set_counts(arrays["calibration_trials"], arrays["calibration_accepted"])
-        for order, table in memory.context.items():
-            keys, ids, probs, kappa = (arrays[f"context{order}_{part}"] for part in ("keys", "ids", "probs", "kappa"))
-            table.write_packed(np.array(keys), np.arange(len(keys)), TopK(ids, probs), kappa=np.array(kappa))
-    return memory
+    return header, arrays
 
 
 def memory_info(path: PathLike) -> dict[str, Any]:

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from ..backends.hf import HFTarget
-from ..cost import LADDER
-from ..tree import DraftTree
+from ..core.step_cost import LADDER
+from ..core.tree import DraftTree
 
 
 def _random_tree(rng: np.random.Generator, size: int, tokens: Sequence[int]) -> DraftTree:

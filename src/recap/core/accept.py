@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .kernels import verify
+from ..kernels import verify
 from .tree import DraftTree
 
 
@@ -31,24 +31,7 @@ def accept_greedy(tree: DraftTree, argmax: np.ndarray) -> Acceptance:
 
     ``argmax``: [N] int, the target's greedy next token after each node's path. Among
     equally long accepted paths the first in node order wins. (Compiled; the reference is
-    ``accept_greedy_reference``.)
+    ``recap.reference.verify.accept_greedy``.)
     """
     path, bonus = verify.accept_greedy(tree.tokens, tree.parents, tree.depths, np.ascontiguousarray(argmax, np.int64))
     return Acceptance(path=path.tolist(), bonus=int(bonus))
-
-
-def accept_greedy_reference(tree: DraftTree, argmax: np.ndarray) -> Acceptance:
-    """The readable reference of ``accept_greedy``."""
-    tokens = tree.tokens.tolist()
-    parents = tree.parents.tolist()
-    best = argmax.tolist()
-    depths = tree.depths.tolist()
-    accepted = [True] + [False] * (len(tokens) - 1)
-    last = 0
-    for i in range(1, len(tokens)):
-        p = parents[i]
-        if accepted[p] and tokens[i] == best[p]:
-            accepted[i] = True
-            if depths[i] > depths[last]:
-                last = i
-    return Acceptance(path=tree.path(last), bonus=int(best[last]))

@@ -10,14 +10,16 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+from ..codes import EMPTY, PERSISTENT_METHODS
+from ..kernels import tables
+from . import persist
 from .calibration import Calibration
-from .kernels import tables
 from .topk import TopK
 
-METHODS = ("recap", "token_recycling")
 PERSISTENT_CONTEXT_KEYS = 1 << 16  # keys per persistent 2-/3-token table before it starts afresh
 Row = tuple[list[int], list[float], float]  # (ids [k] best first, probs [k], kappa); shared, never mutate
 
@@ -40,8 +42,8 @@ class TokenMemory:
     def __init__(self, vocab_size: int, k: int = 8, method: str = "recap", fingerprint: str = "") -> None:
         if vocab_size < 1 or k < 1:
             raise ValueError(f"TokenMemory needs vocab_size >= 1 and k >= 1, got {vocab_size} and {k}")
-        if method not in METHODS:
-            raise ValueError(f"TokenMemory method {method!r}: choose one of {', '.join(METHODS)}")
+        if method not in PERSISTENT_METHODS:
+            raise ValueError(f"TokenMemory method {method!r}: choose one of {', '.join(PERSISTENT_METHODS)}")
         self.vocab_size = int(vocab_size)
         self.k = int(k)
         self.method = method
@@ -123,47 +125,70 @@ class TokenMemory:
         out.calibration.set_counts(*self.calibration.counts())
         return out
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write this memory to ``path`` atomically (see ``recap.persist.save_memory``)."""
-        from .persist import save_memory
+    def snapshot(self) -> dict[str, np.ndarray]:
+        """Copies of every array a memory file holds (``recap.core.persist``), taken under the lock."""
+        with self.lock:
+            tensors = {
+                "ids": np.array(self.ids, dtype=np.int32, copy=True),
+                "probs": np.array(self.probs, dtype=np.float32, copy=True),
+                "kappa": np.array(self.kappa, dtype=np.float32, copy=True),
+                "filled": np.array(self.filled, dtype=np.uint8, copy=True),
+            }
+            tensors["calibration_trials"], tensors["calibration_accepted"] = self.calibration.counts()
+            for order, table in self.context.items():
+                used = table.keys != EMPTY
+                for part, array in zip(("keys", "ids", "probs", "kappa"), table.arrays[:4]):
+                    tensors[f"context{order}_{part}"] = array[used].copy()
+        return tensors
 
-        save_memory(self, path)
+    def save(self, path: str | os.PathLike) -> None:
+        """Write this memory to ``path`` atomically: a consistent snapshot taken under the lock
+        (other threads may keep decoding), then ``recap.core.persist.write_file``. A crash leaves
+        the previous file intact; a memory that would not load back is refused (``ValueError``)."""
+        tensors = self.snapshot()
+        header = persist.header_for(self.method, self.k, self.vocab_size, self.fingerprint, tensors)
+        persist.write_file(path, tensors, header)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, expected: object = None) -> TokenMemory:
-        """Read and validate a memory file (see ``recap.persist.load_memory``)."""
-        from .persist import load_memory
+    def load(cls, path: str | os.PathLike, expected: Any = None) -> TokenMemory:
+        """Read and validate a memory file (``recap.core.persist.read_file``: every problem is a
+        ``MemoryFileError`` naming the file). ``expected``: the model (vocabulary size) or the
+        tokenizer / processor (fingerprint) it will be used with, checked against the file."""
+        header, arrays = persist.read_file(path, expected)
+        memory = cls(header["vocab_size"], header["k"], header["method"], header["fingerprint"])
+        memory.ids[:] = arrays["ids"]
+        memory.probs[:] = arrays["probs"]
+        memory.kappa[:] = arrays["kappa"]
+        memory.filled[:] = arrays["filled"].astype(bool)
+        if "calibration_trials" in arrays:  # version 2 files
+            memory.calibration.set_counts(arrays["calibration_trials"], arrays["calibration_accepted"])
+            for order, table in memory.context.items():
+                keys, ids, probs, kappa = (
+                    arrays[f"context{order}_{part}"] for part in ("keys", "ids", "probs", "kappa")
+                )
+                table.write_packed(np.array(keys), np.arange(len(keys)), TopK(ids, probs), kappa=np.array(kappa))
+        return memory
 
-        return load_memory(path, expected)
+
+def save_memory(memory: TokenMemory, path: str | os.PathLike) -> None:
+    """Write ``memory`` to ``path`` atomically (``TokenMemory.save``)."""
+    if not isinstance(memory, TokenMemory):
+        raise TypeError(f"save_memory needs a recap.TokenMemory, got {type(memory).__name__}")
+    memory.save(path)
 
 
-class ContextMemory:
-    """Rows keyed by the last ``order`` tokens (2 or 3); lives for one request."""
-
-    def __init__(self, order: int) -> None:
-        self.order = order
-        self.rows: dict[tuple[int, ...], Row] = {}
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def get(self, key: tuple[int, ...]) -> Row | None:
-        return self.rows.get(key)
-
-    def write_many(self, keys: Sequence[tuple[int, ...]], rows: Sequence[Row]) -> None:
-        """Write rows under keys; within one call the first occurrence of a key wins."""
-        self.rows.update(zip(reversed(keys), reversed(rows)))
-
-    def clear(self) -> None:
-        self.rows.clear()
+def load_memory(path: str | os.PathLike, expected: Any = None) -> TokenMemory:
+    """Read and validate a memory file written by ``save_memory`` (``TokenMemory.load``)."""
+    return TokenMemory.load(path, expected)
 
 
 class ContextTable:
     """Rows keyed by the last ``order`` tokens (2 or 3) in an open-addressing hash table; lives
-    for one request. The compiled twin of ``ContextMemory`` (same reads and writes); token ids
+    for one request. The compiled twin of ``recap.reference.context_memory.ContextMemory`` (same reads
+    and writes); token ids
     must be below 2**21.
 
-    keys: [cap] int64 packed keys (``tables.EMPTY`` where free); ids [cap, k] int32, probs
+    keys: [cap] int64 packed keys (``EMPTY`` where free); ids [cap, k] int32, probs
     [cap, k] float32, kappa [cap] float32; stamps [cap] int64, the stamp of the request that
     wrote each row (``TokenMemory.new_stamp``). Grows (doubling) before it is half full; with
     ``max_keys``, a write that would pass it clears the table first (a bounded memory that
@@ -178,7 +203,7 @@ class ContextTable:
         self._allocate(max(16, 1 << (capacity - 1).bit_length()))
 
     def _allocate(self, capacity: int) -> None:
-        self.keys = np.full(capacity, tables.EMPTY, dtype=np.int64)
+        self.keys = np.full(capacity, EMPTY, dtype=np.int64)
         self.ids = np.zeros((capacity, self.k), dtype=np.int32)
         self.probs = np.zeros((capacity, self.k), dtype=np.float32)
         self.kappa = np.zeros(capacity, dtype=np.float32)
@@ -232,7 +257,7 @@ class ContextTable:
         self.count += tables.write_context_rows(*self.arrays, keys, rows, topk.ids, topk.probs, kappa, stamp)
 
     def write_many(self, keys: Sequence[Sequence[int]], rows: Sequence[Row], stamp: int = 0) -> None:
-        """``ContextMemory.write_many``'s form: rows as (ids, probs, kappa) under token keys."""
+        """The reference ``ContextMemory.write_many``'s form: rows as (ids, probs, kappa) under token keys."""
         if not keys:
             return
         ids = np.asarray([r[0] for r in rows], dtype=np.int64)
@@ -245,5 +270,5 @@ class ContextTable:
 
     def clear(self) -> None:
         if self.count:
-            self.keys.fill(tables.EMPTY)
+            self.keys.fill(EMPTY)
             self.count = 0

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .calibration import cell_index
+from ..core.tree import DraftTree, Source
+from ..kernels.cells import cell_index
 from .fusion import Fused
-from .tree import DraftTree, Source
 
 CandidateFn = Callable[[tuple[int, ...]], Fused]
 
@@ -74,7 +74,7 @@ def build_tree(
     max_depth: int,
     max_width: int,
     scoring: Scoring,
-    blocked: frozenset[int] | set[int] = frozenset(),
+    placeholder_ids: frozenset[int] | set[int] = frozenset(),
     suffix: Sequence[int] = (),
     suffix_length: int = 0,
     step_costs: np.ndarray | None = None,
@@ -83,7 +83,7 @@ def build_tree(
 
     A child's score is score(parent) x its edge factor (see ``Scoring``). Each added node is
     expanded at once: its candidates, from ``candidates(ctx)`` with ctx its last <= 3 tokens,
-    are sorted by edge factor (stable), blocked tokens and edges (a -> b) already on its path
+    are sorted by edge factor (stable), placeholder_ids tokens and edges (a -> b) already on its path
     are dropped, and at most ``max_width`` are kept; only its best child is offered, and a
     sibling only once the previous one is taken. Up to ``budget`` nodes are added besides the
     root, highest score first (ties: the earlier offer), to depth ``max_depth``.
@@ -126,7 +126,7 @@ def build_tree(
             path_edges.add((tree.tokens[tree.parents[up]], tree.tokens[up]))
             up = tree.parents[up]
         token = tree.tokens[node]
-        kept = [e for e in edges if e[1] not in blocked and (token, e[1]) not in path_edges][:max_width]
+        kept = [e for e in edges if e[1] not in placeholder_ids and (token, e[1]) not in path_edges][:max_width]
         offers.append(kept)
         if kept:
             counter += 1
