@@ -10,11 +10,18 @@ compiled tree search applies the same rule as it goes, and stops early on a stee
 
 Sizes come from a ladder (1 = a plain step, 2, 3, 4, 6, 8, 12, 16, ...). The cost of a size is
 the median of its last ``window`` step times (a stray slow step on a shared machine does not
-move it), made non-decreasing in size (pool-adjacent-violators) and interpolated for sizes
-not yet measured. The first calls probe a spread of sizes; after that every ``explore_every``-th
-call runs a neighbour of the last size picked (alternately smaller and larger) and every
-``sweep_every``-th call the next size of a sweep over the whole ladder, so that costs stay
-current on every size while the choice follows the drafter's confidence step by step.
+move it), read as the cost of the cheapest size at least as big (a tree of s nodes can always be
+filled with more drafts up to a bigger size that verifies faster: on two cores a 2-row forward
+can cost more than an 8-row one), interpolated between measured sizes, and extrapolated along
+the slope of the last two beyond the largest size measured.
+
+Exploration has a bounded price. The first calls probe the ladder upwards from the plain step and
+stop at the first size that costs more than ``max_gain`` plain steps: no tree is expected to commit
+that many tokens, so nothing larger can pay (on a GPU, where a big tree costs about what a plain
+step does, the probes climb the whole ladder). After that every ``explore_every``-th call runs a
+neighbour of the last size picked (alternately smaller and larger) and every ``sweep_every``-th call
+the next size of a sweep over the sizes worth trying, so that costs stay current while the choice
+follows the drafter's confidence step by step.
 """
 
 from __future__ import annotations
@@ -40,26 +47,43 @@ class StepCost:
     ``max_nodes``: the largest tree (root included) the drafter may verify.
     """
 
-    def __init__(self, max_nodes: int, window: int = 32, explore_every: int = 16, sweep_every: int = 64) -> None:
+    def __init__(
+        self,
+        max_nodes: int,
+        window: int = 32,
+        explore_every: int = 16,
+        sweep_every: int = 64,
+        max_gain: float = 4.0,
+    ) -> None:
         if max_nodes < 1:
             raise ValueError(f"a tree has at least 1 node, got max_nodes={max_nodes}")
+        if not max_gain > 1:
+            raise ValueError(f"max_gain is the most tokens a step may commit, > 1; got {max_gain}")
         self.sizes = ladder(max_nodes)
         self.window = window
         self.explore_every = explore_every
         self.sweep_every = sweep_every
+        self.max_gain = max_gain
         self._times = [deque(maxlen=window) for _ in self.sizes]
         self._dense: np.ndarray | None = None  # dense(), refreshed after every few records
         self._fresh = 0  # records since the last refresh
         self._calls = 0
         self._last_pick = max_nodes
         self._lock = threading.Lock()
-        self._probes = self._probe_order()
+        self._probing: int | None = 0  # the next start-up probe's ladder index (None once they are done)
 
-    def _probe_order(self) -> list[int]:
-        """The first sizes tried: the largest, a plain step, then the ladder's quartiles."""
-        m = len(self.sizes) - 1
-        picks = [m, 0, m // 2, m // 4, (3 * m) // 4, m // 8]
-        return list(dict.fromkeys(picks))
+    def worth_trying(self, min_samples: int = 2) -> int:
+        """Index of the largest ladder size worth verifying: the sizes up to the first one whose
+        fastest of at least ``min_samples`` steps passes ``max_gain`` plain steps (all of them
+        until that is seen; a stalled step only ever looks slower, so it is not enough)."""
+        with self._lock:
+            plain = statistics.median(self._times[0]) if self._times[0] else None
+            if plain is None:
+                return len(self.sizes) - 1
+            for i, times in enumerate(self._times):
+                if len(times) >= min_samples and min(times) > self.max_gain * plain:
+                    return i
+        return len(self.sizes) - 1
 
     def bucket(self, nodes: int) -> int:
         """Index of the smallest ladder size >= ``nodes`` (the largest if none)."""
@@ -80,44 +104,60 @@ class StepCost:
         with self._lock:
             return {size: statistics.median(t) for size, t in zip(self.sizes, self._times) if t}
 
-    def costs(self) -> np.ndarray:
-        """[len(sizes)] estimated seconds per step of each ladder size: medians made
-        non-decreasing, interpolated between measured sizes, flat beyond them. All ones
-        before any measurement (as if verification were free)."""
+    def _dear(self, index: int) -> bool:
+        """Whether ladder size ``index`` was dearer than ``max_gain`` plain steps even at its fastest."""
         with self._lock:
-            points = [(i, statistics.median(t), len(t)) for i, t in enumerate(self._times) if t]
+            if not self._times[0] or len(self._times[index]) < 2:
+                return False
+            return min(self._times[index]) > self.max_gain * statistics.median(self._times[0])
+
+    def costs(self) -> np.ndarray:
+        """[len(sizes)] estimated seconds per step of each ladder size: the median of the
+        cheapest measured size at least as big (so non-decreasing), interpolated between
+        measured sizes, flat below the smallest, extrapolated beyond the largest along the slope
+        of the last two (flat if only one is measured). All ones before any measurement (as if
+        verification were free)."""
+        with self._lock:
+            points = [(self.sizes[i], statistics.median(t)) for i, t in enumerate(self._times) if t]
         if not points:
             return np.ones(len(self.sizes))
-        # pool adjacent violators: a weighted non-decreasing fit through the medians
-        blocks: list[list[float]] = []  # [value, weight, first point, last point]
-        for j, (_, value, weight) in enumerate(points):
-            blocks.append([value, float(weight), j, j])
-            while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-                v2, w2, _, last = blocks.pop()
-                v1, w1, first, _ = blocks.pop()
-                blocks.append([(v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, first, last])
-        fitted = np.empty(len(points))
-        for value, _, first, last in blocks:
-            fitted[first : last + 1] = value
-        xs = np.asarray([self.sizes[i] for i, _, _ in points], dtype=np.float64)
-        return np.interp(np.asarray(self.sizes, dtype=np.float64), xs, fitted)
+        xs = np.asarray([size for size, _ in points], dtype=np.float64)
+        envelope = np.minimum.accumulate(np.asarray([cost for _, cost in points])[::-1])[::-1]
+        sizes = np.asarray(self.sizes, dtype=np.float64)
+        costs = np.interp(sizes, xs, envelope)
+        if len(xs) > 1:
+            slope = max(0.0, (envelope[-1] - envelope[-2]) / (xs[-1] - xs[-2]))
+            beyond = sizes > xs[-1]
+            costs[beyond] = envelope[-1] + slope * (sizes[beyond] - xs[-1])
+        return costs
 
     def plan(self) -> int | None:
         """The size the next step must verify, or None when the drafter should pick the best
-        one (``dense`` costs, ``best_size``). Forced sizes: the first calls probe a spread of
-        the ladder, every ``sweep_every``-th call takes the next size of a sweep over it, and
-        every ``explore_every``-th call a neighbour of the last size picked."""
+        one (``dense`` costs, ``best_size``). Forced sizes: the first calls probe the ladder
+        upwards from the plain step, a size each, up to the first that costs more than
+        ``max_gain`` plain steps; then every ``sweep_every``-th call takes the next size of a
+        sweep over the sizes worth trying and every ``explore_every``-th call a neighbour of the
+        last size picked."""
         with self._lock:
             call = self._calls
             self._calls += 1
             last = self._last_pick
-        if call < len(self._probes):
-            return self.sizes[self._probes[call]]
+            probing = self._probing
+        if probing is not None:  # the start-up probes, upwards, while the sizes are worth trying
+            if probing > 1 and self.worth_trying(min_samples=1) == probing - 1 < self.worth_trying():
+                return self.sizes[probing - 1]  # the last probe looked too dear once: measure it again
+            more = probing <= self.worth_trying()
+            with self._lock:
+                self._probing = probing + 1 if more and probing + 1 < len(self.sizes) else None
+            if more:
+                return self.sizes[probing]
         if self.sweep_every and call % self.sweep_every == 0:
-            return self.sizes[(call // self.sweep_every) % len(self.sizes)]
+            return self.sizes[(call // self.sweep_every) % (self.worth_trying() + 1)]
         if self.explore_every and call % self.explore_every == 0:
+            top = self.worth_trying()
+            affordable = top - 1 if top > 0 and self._dear(top) else top  # never explore a size known too dear
             at = self.bucket(last) + (-1 if (call // self.explore_every) % 2 else 1)
-            return self.sizes[min(max(at, 0), len(self.sizes) - 1)]
+            return self.sizes[min(max(at, 0), affordable)]
         return None
 
     def picked(self, size: int) -> None:
