@@ -248,7 +248,7 @@ def two_pass_attention(
     own K/V), mask [n, n] bool ancestor-or-self. Pass 1: FlashAttention over the prefix,
     non-causal, with its log-sum-exp. Pass 2: masked attention over the block (n is small).
     Then ``merge_attn_states`` combines them, as FlashAttention's cascade path does."""
-    from vllm.v1.attention.backends.fa_utils import flash_attn_varlen_func
+    from vllm.v1.attention.backends.fa_utils import flash_attn_varlen_func, get_flash_attn_version
     from vllm.v1.attention.ops.merge_attn_states import merge_attn_states
 
     n, heads, head = query.shape
@@ -257,7 +257,7 @@ def two_pass_attention(
     prefix_out, prefix_lse = flash_attn_varlen_func(
         q=query, k=key_cache, v=value_cache, cu_seqlens_q=cu_q, max_seqlen_q=n,
         seqused_k=prefix_lens.to(torch.int32), max_seqlen_k=int(prefix_lens.max()), softmax_scale=scale,
-        causal=False, block_table=block_table, return_softmax_lse=True,
+        causal=False, block_table=block_table, return_softmax_lse=True, fa_version=get_flash_attn_version(),
     )  # fmt: skip
     kv_heads = block_keys.shape[1]
     q = query.float().transpose(0, 1)
