@@ -351,8 +351,12 @@ class RecapProposer:
         """RECAP's update from the verified chain: ``sampled`` = accepted drafts + the bonus;
         ``before`` the request's tokens before them (the chain's root last)."""
         m = len(rows.tokens)
+        negative = np.nonzero(rows.tokens < 0)[0]  # vLLM's -1 placeholder drafts: nothing to learn there
+        if len(negative):
+            m = int(negative[0])
+            rows = _Rows(rows.tokens[:m], rows.ids[:m], rows.probs[:m])
         accepted = len(sampled) - 1
-        if (
+        if m == 0 or (
             rows.tokens[0] != before[-1]
             or accepted >= m
             or list(rows.tokens[1 : 1 + accepted]) != list(sampled[:accepted])
