@@ -67,6 +67,14 @@ class TreeStep:
     computed_rows: int = 0
 
 
+class _Recorder(list):
+    """``CHECK = _Recorder()`` (tests): per tree and layer, max |torch - native kernel| over the
+    first chain's rows, where both compute the same attention."""
+
+
+CHECK: _Recorder | None = None
+
+
 STEP: TreeStep | None = None  # this process's current step (one engine per process in tree mode)
 
 
@@ -168,7 +176,8 @@ def tree_forward(impl: Any, layer: Any, query: torch.Tensor, kv_cache: torch.Ten
     out = output[: attn_metadata.num_actual_tokens].view(-1, impl.num_heads, impl.head_size)
     seq_lens = attn_metadata.seq_lens
     for tree in step.requests:
-        if not len(tree.off_chain):
+        check = CHECK is not None
+        if not len(tree.off_chain) and not check:
             continue
         length = int(seq_lens[tree.row])
         size = tree.size
@@ -176,6 +185,14 @@ def tree_forward(impl: Any, layer: Any, query: torch.Tensor, kv_cache: torch.Ten
         positions = torch.arange(length, dtype=torch.int64)
         blocks = attn_metadata.block_table[tree.row, positions // block_size].to(torch.int64)
         keys, values = read_kv(impl, layer, kv_cache, blocks * block_size + positions % block_size)
+        if check:  # the same computation on the first chain's rows, against the native kernel's output there
+            chain = torch.arange(0, size - len(tree.off_chain), dtype=torch.int64)
+            allowed = torch.ones((len(chain), length), dtype=torch.bool)
+            allowed[:, first:] = tree.mask[chain]
+            mine = masked_attention(query[tree.start + chain], keys, values, allowed, impl.scale)
+            CHECK.append(float((mine - out[tree.start + chain]).abs().max()))
+        if not len(tree.off_chain):
+            continue
         allowed = torch.ones((len(tree.off_chain), length), dtype=torch.bool)
         allowed[:, first:] = tree.mask[tree.off_chain]
         rows = tree.start + tree.off_chain

@@ -23,7 +23,8 @@ What tree mode cannot serve exactly falls back to the chain, with one log line s
 per request (``request_fallback_reason``): sampling, logprobs, penalties, bad words,
 structured output, logits processors (min_tokens, logit bias, allowed tokens); per engine
 (``engine_fallback_reason``): a GPU (until the GPU tests have passed on one), hybrid or
-windowed layers, pipeline or data parallelism, async scheduling, a quantized KV cache.
+windowed layers, pipeline, data or (until tested) tensor parallelism, async scheduling, a
+quantized KV cache.
 """
 
 from __future__ import annotations
@@ -70,7 +71,12 @@ def engine_fallback_reason(vllm_config: Any, platform: Any = None) -> str | None
         return "layers other than full attention"
     parallel = vllm_config.parallel_config
     if parallel.pipeline_parallel_size > 1 or parallel.data_parallel_size > 1:
-        return "pipeline or data parallelism (tensor parallelism is fine)"
+        return "pipeline or data parallelism"
+    if getattr(parallel, "tensor_parallel_size", 1) > 1:
+        return (
+            "tensor parallelism is not tested yet (every rank must move the accepted path's KV, and on some "
+            "platforms only rank 0 sees the logits)"
+        )
     if getattr(vllm_config.scheduler_config, "async_scheduling", False):
         return "async scheduling (the tree's acceptance must be known before the next step is scheduled)"
     if str(vllm_config.cache_config.cache_dtype) != "auto":
