@@ -11,6 +11,11 @@ without speculation (lossless); see ``proposer`` for how it drafts, ``tap`` for 
 makes to vLLM (checked for vLLM 0.32 only), ``models`` for loading the embedded models and
 ``compat`` for machines where torchvision does not import. Needs ``pip install
 'recap-decoding[vllm]'``.
+
+Tree mode, ``speculative_config(tree=32)`` (``recap.vllm.RecapTreeProposer``): vLLM verifies
+RECAP's whole tree of up to 32 nodes per step instead of one chain (greedy requests on a CPU;
+everything else falls back to the chain with a logged reason). See ``tree_mode`` and
+``docs/vllm-trees.md``.
 """
 
 from __future__ import annotations
