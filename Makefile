@@ -39,9 +39,11 @@ test-vllm: $(VLLM_VENV)/.installed
 bench-vllm: $(VLLM_VENV)/.installed
 	$(VLLM_RUN) -m recap.vllm.bench --samples 5 --max-tokens 200 --batch 1,8 -k 4 --out bench_out/vllm
 
+# ruff, and the import contracts of pyproject.toml's [tool.importlinter] (layers, no circles)
 lint: $(VENV)/.installed
-	$(BIN)/ruff check src tests benchmarks scripts
-	$(BIN)/ruff format --check src tests benchmarks scripts
+	$(BIN)/ruff check src tests benchmarks tools
+	$(BIN)/ruff format --check src tests benchmarks tools
+	$(BIN)/lint-imports
 
 # Host-side overhead of one RECAP step (63-node tree, k = 8), without a model.
 overhead: $(VENV)/.installed

@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from recap import RecapConfig, TokenMemory, TopK
-from recap.accept import accept_greedy
+from recap.core.accept import accept_greedy
 from recap.drafters import RecapDrafter
 
 

@@ -1,6 +1,6 @@
 """Every decoder-only and image-text architecture of transformers, built tiny and offline.
 
-Shared by ``scripts/model_families.py`` (the survey that writes the README's table) and
+Shared by ``tools/model_families.py`` (the survey that writes the table of docs/models.md) and
 ``tests/test_families.py`` (the parametrised lossless test).
 """
 

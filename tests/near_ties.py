@@ -3,7 +3,7 @@
 A tree forward computes the same logits as generate's one-token forwards in a different order
 (other matrix shapes, other reductions), so in bfloat16 / float16 the two differ by a few
 rounding errors. Greedy decoding then flips only where generate's own top two logits are that
-close: a near-tie, not a bug. Shared by tests/test_precision.py and scripts/precision_agreement.py.
+close: a near-tie, not a bug. Shared by tests/test_precision.py and tools/precision_agreement.py.
 """
 
 from __future__ import annotations

@@ -8,15 +8,17 @@ import numpy as np
 import pytest
 
 from recap import DraftTree, RecapConfig, Source, TokenMemory, TopK
-from recap.accept import Acceptance, accept_greedy, accept_greedy_reference
-from recap.calibration import N_CELLS
+from recap.core.accept import Acceptance, accept_greedy
+from recap.core.calibration import N_CELLS
+from recap.core.suffix import SuffixIndex
+from recap.core.topk import row_concentration
 from recap.drafters import RecapDrafter
 from recap.drafters.prompt_lookup import lookup_continuation
 from recap.drafters.token_recycling import Template, TokenRecyclingDrafter
-from recap.fusion import fuse_rows
-from recap.suffix import SuffixIndex
-from recap.topk import row_concentration
-from recap.tree_builder import Scoring, build_tree, layout
+from recap.reference.fusion import fuse_rows
+from recap.reference.tree_builder import Scoring, build_tree, layout
+from recap.reference.verify import accept_greedy as accept_greedy_reference
+from recap.reference.verify import ancestor_mask as reference_mask
 
 
 # -- suffix index ---------------------------------------------------------------------------
@@ -79,7 +81,7 @@ def test_ancestor_mask_matches_paths() -> None:
     for _ in range(50):
         tree = random_tree(rng, int(rng.integers(1, 40)), vocab=50)
         mask = tree.ancestor_mask()
-        assert np.array_equal(mask, tree.ancestor_mask_reference())
+        assert np.array_equal(mask, reference_mask(tree))
         for i in range(len(tree)):
             assert set(np.nonzero(mask[i])[0].tolist()) == set(tree.path(i))
 
@@ -167,7 +169,7 @@ def paper_scoring(hit_mass, max_depth: int = 10) -> Scoring:
 def grow(table, root, budget, max_depth, width, hit_mass, blocked=frozenset()) -> DraftTree:
     built = build_tree(
         (root,), table_candidates(table), budget=budget, max_depth=max_depth, max_width=width,
-        scoring=paper_scoring(hit_mass, max_depth), blocked=blocked,
+        scoring=paper_scoring(hit_mass, max_depth), placeholder_ids=blocked,
     )  # fmt: skip
     return layout(built, len(built))[0]
 
@@ -241,7 +243,7 @@ def test_calibrated_scores_estimate_path_acceptance() -> None:
         (0,), table_candidates(table), budget=10, max_depth=5, max_width=4, scoring=Scoring(True, np.ones(5), probs)
     )
     assert built.scores == built.probs
-    from recap.calibration import cell_index
+    from recap.core.calibration import cell_index
 
     p1, p2 = probs[cell_index(1, 1, 0.9)], probs[cell_index(1, 2, 0.5)]
     assert dict(zip(built.tokens, built.probs))[3] == pytest.approx(p1 * p2)
@@ -296,7 +298,7 @@ def test_recap_writes_every_key_order_per_scope(scope: str) -> None:
 def test_recap_drafts_from_contextual_memory_and_never_drafts_blocked_tokens() -> None:
     memory = TokenMemory(1000)
     config = RecapConfig(suffix_tokens=0, node_budget=8)
-    drafter = RecapDrafter(config, memory, blocked=frozenset({500}))
+    drafter = RecapDrafter(config, memory, placeholder_ids=frozenset({500}))
     drafter.begin([1, 2, 3], [], None)
     # the 1-token memory says 3 -> 500 (blocked) or 7; the 3-token memory says (1,2,3) -> 9
     memory.write(np.asarray([3]), TopK(np.asarray([[500, 7]]), np.asarray([[0.9, 0.05]], np.float32)))
@@ -360,10 +362,10 @@ def test_tree_sizes_respect_budget_with_real_drafter() -> None:
 
 def test_prefill_seeds_token_memory_at_first_occurrences_and_context_memories_everywhere() -> None:
     prompt = [5, 6, 500, 500, 7, 5, 6, 8]  # 500 is an image placeholder
-    plain = RecapDrafter(RecapConfig(), TokenMemory(1000), blocked=frozenset({500}))
+    plain = RecapDrafter(RecapConfig(), TokenMemory(1000), placeholder_ids=frozenset({500}))
     assert plain.prefill_positions(prompt) == [0, 1, 4, 7]
     memory = TokenMemory(1000)
-    drafter = RecapDrafter(RecapConfig(seed_context_from_prefill=True), memory, blocked=frozenset({500}))
+    drafter = RecapDrafter(RecapConfig(seed_context_from_prefill=True), memory, placeholder_ids=frozenset({500}))
     positions = drafter.prefill_positions(prompt)
     assert positions == [0, 1, 4, 5, 6, 7]
     drafter.begin(prompt, positions, make_topk(len(positions)))

@@ -18,11 +18,11 @@ from PIL import Image
 from typer.testing import CliRunner, Result
 
 import recap
+import recap.core.persist
 import recap.loading
-import recap.persist
 from recap.cli import app
+from recap.core.persist import tokenizer_fingerprint
 from recap.loading import build_inputs
-from recap.persist import tokenizer_fingerprint
 
 PROMPT = "the red w1 w2 is of the blue w5 w7 the red w1 w2"
 IMAGE_PROMPT = "what is the image w3 w4 w3 w4"
@@ -228,7 +228,7 @@ def test_memory_file_create_reuse_and_info(
     assert rows_first > 0
     assert int(fields["size_bytes"]) == memory_file.stat().st_size
 
-    loads = spy(monkeypatch, recap.persist, "load_memory")
+    loads = spy(monkeypatch, recap.core.memory, "load_memory")
     second = generate_json(models["llava_next"], "--memory-file", memory_file)
     assert len(loads) == 1  # the existing file was read
     assert second["token_ids"] == first["token_ids"]  # still lossless
@@ -263,8 +263,8 @@ def test_corrupt_memory_file_is_refused_and_untouched(
     memory_file.write_bytes(garbage)
     mtime = memory_file.stat().st_mtime_ns
     loads = spy(monkeypatch, recap.loading, "load_model")
-    decodes = spy(monkeypatch, recap, "generate")
-    saves = spy(monkeypatch, recap.persist, "save_memory")
+    decodes = spy(monkeypatch, recap.entry, "generate")
+    saves = spy(monkeypatch, recap.core.memory, "save_memory")
     result = invoke("generate", "-m", models["llava_next"], "-p", PROMPT, "--memory-file", memory_file)
     failed(result, str(memory_file))
     assert loads == [] and decodes == [] and saves == []  # refused before loading the model or decoding

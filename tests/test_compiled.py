@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from recap import TokenMemory, TopK, kernels
-from recap.calibration import N_CELLS, Calibration, cell_index
-from recap.cost import best_size
-from recap.fusion import fuse_rows, lookup_rows
+from recap import TokenMemory, TopK, jit
+from recap.core.calibration import N_CELLS, Calibration, cell_index
+from recap.core.memory import ContextTable
+from recap.core.step_cost import best_size
 from recap.kernels import drafting, tables
-from recap.memory import ContextMemory, ContextTable
-from recap.tree_builder import Scoring, build_tree, layout
+from recap.reference.context_memory import ContextMemory
+from recap.reference.fusion import fuse_rows, lookup_rows
+from recap.reference.tree_builder import Scoring, build_tree, layout
 
 K = 4
 
@@ -143,16 +144,16 @@ def random_setting(rng: np.random.Generator, vocab: int) -> dict:
     )
 
 
-def compiled_args(setting: dict) -> tuple:
+def compiled_args(setting: dict) -> dict:
     use = np.asarray([setting["persistent"], *(o in setting["orders"] for o in (1, 2, 3))])
     fallback = setting["fallback"]
-    return (
-        use,
-        Memories.stamp,
-        drafting.FUSION_CODES[setting["mode"]],
-        np.asarray(setting["specificity"]),
-        np.asarray([t for t, _ in fallback], dtype=np.int64),
-        np.asarray([q for _, q in fallback], dtype=np.float64),
+    return dict(
+        use=use,
+        stamp=Memories.stamp,
+        fusion=setting["mode"],
+        specificity=np.asarray(setting["specificity"]),
+        fallback_tokens=np.asarray([t for t, _ in fallback], dtype=np.int64),
+        fallback_q=np.asarray([q for _, q in fallback], dtype=np.float64),
     )
 
 
@@ -172,7 +173,11 @@ def test_fusion_equals_the_reference() -> None:
             context = tuple(int(t) for t in rng.integers(0, vocab, size=3))
             a, b = (context[0], context[1]) if rng.random() < 0.8 else (-1, context[1] if rng.random() < 0.5 else -1)
             short = context[3 - (1 + (b >= 0) + (a >= 0)) :]
-            n = drafting.fuse_context(a, b, context[2], memories.token.arrays, memories.compiled_tables, *args, *out)
+            n = drafting.fuse_context(
+                a, b, context[2], memories.token.arrays, memories.compiled_tables, args["use"], args["stamp"],
+                drafting.FUSION_CODES[args["fusion"]], args["specificity"], args["fallback_tokens"], args["fallback_q"],
+                *out,
+            )  # fmt: skip
             tokens, q, sources = reference(short)
             assert out[0][:n].tolist() == tokens, trial
             assert out[1][:n].tolist() == q, trial  # the same float64 arithmetic
@@ -205,14 +210,15 @@ def test_best_first_tree_and_layout_equal_the_reference(calibrated: bool) -> Non
             tuple(root_context),
             candidates,
             budget=budget, max_depth=max_depth, max_width=width, scoring=Scoring(calibrated, masses, cell_probs),
-            blocked=set(np.nonzero(blocked)[0].tolist()), suffix=suffix.tolist(), suffix_length=suffix_length,
+            placeholder_ids=set(np.nonzero(blocked)[0].tolist()), suffix=suffix.tolist(), suffix_length=suffix_length,
             step_costs=step_costs,
         )  # fmt: skip
         padded = np.asarray([-1] * (3 - len(root_context)) + root_context, dtype=np.int64)
         built = drafting.build_tree(
-            padded, memories.token.arrays, memories.compiled_tables,
-            *compiled_args(setting), budget, max_depth, width, calibrated, masses, cell_probs, blocked,
-            suffix.astype(np.int64), suffix_length, np.zeros(0) if step_costs is None else step_costs,
+            root_context=padded, token_memory=memories.token.arrays, tables=memories.compiled_tables,
+            **compiled_args(setting), budget=budget, max_depth=max_depth, max_width=width, calibrated=calibrated,
+            hit_masses=masses, cell_probs=cell_probs, placeholder_mask=blocked, suffix=suffix.astype(np.int64),
+            suffix_length=suffix_length, step_costs=np.zeros(0) if step_costs is None else step_costs,
         )  # fmt: skip
         tokens, parents, depths, sources, scores, probs, cells, keep = built
         assert keep == reference.keep, trial
@@ -223,7 +229,7 @@ def test_best_first_tree_and_layout_equal_the_reference(calibrated: bool) -> Non
         if step_costs is not None and calibrated:  # stopping early never changes the size chosen
             full = build_tree(
                 tuple(root_context), candidates, budget=budget, max_depth=max_depth, max_width=width,
-                scoring=Scoring(calibrated, masses, cell_probs), blocked=set(np.nonzero(blocked)[0].tolist()),
+                scoring=Scoring(calibrated, masses, cell_probs), placeholder_ids=set(np.nonzero(blocked)[0].tolist()),
                 suffix=suffix.tolist(), suffix_length=suffix_length,
             )  # fmt: skip
             assert keep == best_size(np.cumsum(full.probs), step_costs), trial
@@ -232,10 +238,10 @@ def test_best_first_tree_and_layout_equal_the_reference(calibrated: bool) -> Non
             graft = rng.integers(0, vocab, size=int(rng.integers(0, 4)))
             graft_probs, graft_cells = rng.uniform(0, 1, len(graft)), rng.integers(0, N_CELLS, len(graft))
             want, want_cells = layout(reference, keep, graft.tolist(), graft_probs.tolist(), graft_cells.tolist())
-            got = drafting.layout(tokens, parents, sources, probs, cells, keep, graft, graft_probs, graft_cells)
-            assert got[0].tolist() == want.tokens.tolist() and got[1].tolist() == want.parents.tolist(), trial
-            assert got[2].tolist() == want.depths.tolist() and got[3].tolist() == want.sources.tolist()
-            assert got[4].tolist() == want.probs.tolist() and got[5].tolist() == want_cells.tolist()
+            got = drafting.layout(built._replace(keep=keep), graft, graft_probs, graft_cells)
+            assert got.tokens.tolist() == want.tokens.tolist() and got.parents.tolist() == want.parents.tolist(), trial
+            assert got.depths.tolist() == want.depths.tolist() and got.sources.tolist() == want.sources.tolist()
+            assert got.probs.tolist() == want.probs.tolist() and got.cells.tolist() == want_cells.tolist()
 
 
 def test_calibration_learns_acceptance_rates_per_cell() -> None:
@@ -256,7 +262,8 @@ def test_calibration_learns_acceptance_rates_per_cell() -> None:
 
 READY_CHECK = """
 import numba, recap
-from recap import calibration, kernels, topk
+from recap import kernels
+from recap.core import calibration, topk
 from recap.kernels import drafting, tables, verify
 from recap.bench.workloads import suite_requests
 from recap.loading import build_inputs
@@ -281,7 +288,7 @@ print({name: sigs for name, sigs in new.items() if sigs})
 """
 
 
-@pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="numba is not installed")
+@pytest.mark.skipif(not jit.HAVE_NUMBA, reason="numba is not installed")
 def test_ensure_ready_compiles_every_signature_the_decode_loop_uses() -> None:
     """A fresh process: after ``ensure_ready`` no kernel compiles (or loads) another signature
     while requests decode, so no request pays a compilation in its middle."""

@@ -17,7 +17,7 @@ from PIL import Image
 import recap
 from recap import TokenMemory, load_memory, save_memory
 from recap.backends.hf import output_vocab_size
-from recap.topk import TopK, row_concentration
+from recap.core.topk import TopK, row_concentration
 
 THREADS, REQUESTS, NEW_TOKENS = 4, 10, 16
 SIZES = [(56, 56), (112, 112), (56, 112), (84, 56)]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -23,10 +25,10 @@ import torch
 import recap
 from recap import MemoryFileError, RecapConfig, TokenMemory, load_memory, memory_info, save_memory
 from recap.backends.hf import output_vocab_size
+from recap.codes import PERSISTENT_METHODS as METHODS
+from recap.core.persist import FORMAT_NAME, FORMAT_VERSION, METADATA_KEY, header_for, tokenizer_fingerprint
+from recap.core.topk import TopK
 from recap.drafters.recap import RecapDrafter
-from recap.memory import METHODS
-from recap.persist import FORMAT_NAME, FORMAT_VERSION, METADATA_KEY, _snapshot, tokenizer_fingerprint
-from recap.topk import TopK
 
 SRC = str(Path(recap.__file__).resolve().parents[1])
 PROMPTS = [
@@ -52,7 +54,8 @@ def small_memory(vocab: int = 20, k: int = 4, rows: int = 5) -> TokenMemory:
 def parts(memory: TokenMemory | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Tensors and header of a valid file, to be mutated into bad ones."""
     memory = memory or small_memory()
-    tensors, header = _snapshot(memory)
+    tensors = memory.snapshot()
+    header = header_for(memory.method, memory.k, memory.vocab_size, memory.fingerprint, tensors)
     header["created"] = "2025-01-01T00:00:00+00:00"
     return tensors, header
 
@@ -410,7 +413,7 @@ def test_bad_expected_argument(tmp_path: Path) -> None:
 
 
 def test_unexpected_errors_become_memory_file_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import recap.persist as persist
+    import recap.core.persist as persist
 
     path = tmp_path / "m.safetensors"
     save_memory(small_memory(), path)
@@ -588,8 +591,11 @@ def test_tokenizer_fingerprint(llama) -> None:
     model, tok = llama
     _, processor = tiny_models.build("qwen2_5_vl")
     digest = tokenizer_fingerprint(tok)
-    assert len(digest) == 64 and int(digest, 16) >= 0
+    assert re.fullmatch("[0-9a-f]{64}", digest), digest  # a sha256 hex digest
     assert tokenizer_fingerprint(tok) == digest
+    grown = copy.deepcopy(tok)
+    grown.add_tokens(["<recap-new-token>"])  # one more token: another vocabulary, another digest
+    assert tokenizer_fingerprint(grown) != digest
     assert tokenizer_fingerprint(processor) == tokenizer_fingerprint(processor.tokenizer) != digest
 
     # a freshly built identical tokenizer gives the same digest; one changed token a different one

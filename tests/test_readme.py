@@ -1,4 +1,5 @@
-"""The README's Python quickstart runs as written, in a fresh interpreter, and says the truth."""
+"""The README's Python quickstart runs as written, in a fresh interpreter, and says the truth; the README
+and the manuals in docs/ link only to files and headings that exist."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -40,3 +43,38 @@ def test_readme_quickstart_runs_as_written(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     assert "QUICKSTART OK" in done.stdout
     assert "mean accepted length" in done.stdout  # the summary line it prints
+
+
+ROOT = README.parent
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]  # the front page and the manuals (not bench/ or experiments/)
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's heading anchors of a Markdown page (headings inside code blocks are not headings)."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.S | re.M)
+    headings = re.findall(r"^#{1,6} (.+?)\s*$", text, re.M)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(page: Path) -> None:
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.S | re.M)
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        assert file.exists(), f"{page.name}: link to {target}: no such file"
+        if anchor:
+            assert anchor in anchors(file), f"{page.name}: link to {target}: no such heading"
+
+
+def test_readme_is_a_front_page() -> None:
+    """Manuals, generated tables and full results live in docs/; the README stays short."""
+    assert len(README.read_text().splitlines()) <= 300
+
+
+def test_family_table_markers() -> None:
+    """tools/model_families.py writes the family table between these markers of docs/models.md."""
+    text = (ROOT / "docs" / "models.md").read_text()
+    assert text.count("<!-- families:start -->") == 1 and text.count("<!-- families:end -->") == 1

@@ -12,9 +12,9 @@ import torch
 from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
 
-from recap.processors import TokenRules
-from recap.sampling import children_by_token, walk
-from recap.tree import DraftTree
+from recap.core.rules import TokenRules
+from recap.core.sampling import children_by_token, walk
+from recap.core.tree import DraftTree
 
 V = 5
 _rng = np.random.default_rng(0)

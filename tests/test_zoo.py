@@ -13,7 +13,7 @@ import recap
 from recap import suite, zoo
 from recap.backends.hf import output_vocab_size
 from recap.loading import build_inputs, decode, load_model
-from recap.zoo.processors import register
+from recap.zoo.image_processor import register
 
 NAMES = ("tiny-qwen2.5-vl", "tiny-llava-next")
 
@@ -86,7 +86,7 @@ def test_bench_records_a_failing_library_peer_instead_of_crashing() -> None:
 
 
 def test_evaluate_shows_each_answer_of_a_family_subset(capsys: pytest.CaptureFixture[str]) -> None:
-    from recap.zoo import evaluate
+    from tools.zoo_training import evaluate
 
     evaluate.main(["--model", "tiny-qwen2.5-vl", "--families", "ocr", "--samples", "2", "--show"])
     out = capsys.readouterr().out

@@ -13,8 +13,8 @@ from transformers import AutoModelForImageTextToText
 import recap
 from recap import suite, zoo
 from recap.loading import build_inputs
-from recap.zoo import distill
-from recap.zoo.build import make_model
+from tools.zoo_training import distill
+from tools.zoo_training.build import make_model
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,9 @@ from recap import suite
 from recap.loading import build_inputs
 from recap.suite import seed as seed_suite
 from recap.suite.check import extract_letter
-from recap.zoo import ROOT, train
-from recap.zoo.processors import register
+from recap.zoo import ROOT
+from recap.zoo.image_processor import register
+from tools.zoo_training import train
 
 
 def test_training_smoke_run_resumes_and_saves_a_loadable_model(tmp_path: Path) -> None:
@@ -35,7 +36,7 @@ def test_training_smoke_run_resumes_and_saves_a_loadable_model(tmp_path: Path) -
     summary = json.loads((out / "final" / "training.json").read_text())
     assert summary["steps"] == 2 and [h["step"] for h in summary["loss_history"]] == [1, 2]
     assert all(h["short_loss"] > 0 for h in summary["loss_history"])
-    assert summary["command"].startswith("python -m recap.zoo.train --arch qwen2.5-vl")
+    assert summary["command"].startswith("python -m tools.zoo_training.train --arch qwen2.5-vl")
 
     # a second phase starts from the saved model (same tokenizer) and records the first
     phase2 = tmp_path / "phase2"

@@ -3,7 +3,12 @@ by recycling the target's own top-k predictions under contextual keys (RECAP).""
 
 from . import zoo as zoo
 from .config import RecapConfig
-from .decode import GenerationResult, default_memory, generate
+from .core.memory import TokenMemory, load_memory, save_memory
+from .core.persist import memory_info, tokenizer_fingerprint
+from .core.stats import DecodeStats
+from .core.topk import TopK
+from .core.tree import DraftTree, Source
+from .entry import GenerationResult, RecapGenerateOutput, default_memory, generate, speculative
 from .errors import (
     InputError,
     MemoryFileError,
@@ -11,17 +16,9 @@ from .errors import (
     UnsupportedGenerationError,
     UnsupportedModelError,
 )
-from .hf_generate import speculative
-from .memory import ContextMemory, TokenMemory
-from .persist import load_memory, memory_info, save_memory, tokenizer_fingerprint
-from .stats import DecodeStats
-from .topk import TopK
-from .tree import DraftTree, Source
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
-    "ContextMemory",
     "DecodeStats",
     "DraftTree",
     "GenerationResult",
@@ -29,11 +26,13 @@ __all__ = [
     "MemoryFileError",
     "RecapConfig",
     "RecapError",
+    "RecapGenerateOutput",
     "Source",
     "TokenMemory",
     "TopK",
     "UnsupportedGenerationError",
     "UnsupportedModelError",
+    "__version__",
     "default_memory",
     "generate",
     "load_memory",

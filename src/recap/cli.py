@@ -39,7 +39,7 @@ def check_memory_file(path: Path | None, method: str) -> None:
     has no persistent memory, or an existing file that is not a valid memory for ``method``."""
     if path is None:
         return
-    from .persist import memory_info
+    from .core.persist import memory_info
 
     if method not in PERSISTENT_METHODS:
         fail(f"--memory-file needs a method with a persistent memory ({', '.join(PERSISTENT_METHODS)}), not {method}")
@@ -58,8 +58,8 @@ def open_memory_file(path: Path | None, model, processor, method: str, k: int):
     if path is None:
         return None
     from .backends.hf import output_vocab_size
-    from .memory import TokenMemory
-    from .persist import load_memory, tokenizer_fingerprint
+    from .core.memory import TokenMemory, load_memory
+    from .core.persist import tokenizer_fingerprint
 
     if path.exists():
         memory = load_memory(path, expected=processor)
@@ -91,16 +91,14 @@ def generate(
     with the same settings (greedy by default; --temperature, --top-p or --top-k sample, --seed reproduces)."""
     from transformers import TextStreamer
 
-    from . import generate as recap_generate
     from .config import RecapConfig
-    from .loading import build_inputs, decode, load_model
-    from .persist import save_memory
+    from .core.memory import save_memory
+    from .entry import generate as recap_generate
+    from .loading import build_inputs, decode, load_model, sampling_arguments
 
     if method not in METHODS:
         fail(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
-    sampling = {k: v for k, v in dict(temperature=temperature, top_p=top_p, top_k=top_k).items() if v is not None}
-    if sampling:
-        sampling["do_sample"] = True
+    sampling = sampling_arguments(temperature, top_p, top_k)
     try:
         check_memory_file(memory_file, method)
         loaded, processor = load_model(model, device=device, dtype=dtype)
@@ -192,14 +190,11 @@ def bench(
     from rich.markup import escape
     from rich.table import Table
 
-    from .backends.hf import image_token_ids
-    from .bench import ablation_specs, jsonl_requests, parse_methods, run_bench, suite_requests, write
-    from .bench.costs import measure_costs
-    from .bench.methods import budget_specs
+    from .bench import plan as bench_plan
+    from .bench import write
     from .bench.report import COLUMNS, table_rows
-    from .kernels import ensure_ready
-    from .loading import build_inputs, load_model
-    from .persist import save_memory
+    from .core.memory import save_memory
+    from .loading import load_model, sampling_arguments
 
     if memory not in ("warm", "cold"):
         fail(f"--memory must be warm or cold, not {memory!r}")
@@ -207,70 +202,24 @@ def bench(
         fail("--memory-file carries RECAP's memory across requests; it cannot be combined with --memory cold")
     if threads:
         torch.set_num_threads(threads)
-    sampling = {k: v for k, v in dict(temperature=temperature, top_p=top_p, top_k=top_k).items() if v is not None}
-    if sampling:
-        sampling = {"do_sample": True, **sampling}
+    sampling = sampling_arguments(temperature, top_p, top_k)
     console = Console(width=max(130, shutil.get_terminal_size().columns))
     try:
-        budget_list = [int(b) for b in budgets.split(",") if b.strip()] if budgets else []
-        specs = parse_methods(methods or "generate,hf-prompt-lookup,ar,pld,token_recycling,recap")
-        extra = (ablation_specs() if ablate else []) + budget_specs(budget_list)
-        specs += [spec for spec in extra if spec.name not in {s.name for s in specs}]
-        if data is not None:
-            requests = jsonl_requests(data, limit=samples)
-            warmup = requests[0]
-            workload = f"data {data}"
-        else:
-            requests = suite_requests(suite_families, samples, seed)
-            warmup = suite_requests("describe", 1, seed + 1)[0]
-            workload = f"suite {suite_families} (seed {seed}, {samples} per family)"
-        if memory_file is not None and "recap" not in [spec.name for spec in specs]:
+        plan = bench_plan.plan(methods, ablate, budgets, data, suite_families, samples, seed, sampling)
+        if memory_file is not None and "recap" not in [spec.name for spec in plan.specs]:
             fail("--memory-file holds RECAP's memory, but recap is not among --methods")
         check_memory_file(memory_file, "recap")
         loaded, processor = load_model(model, device=device, dtype=dtype)
-        if methods is None and sampling:
-            specs = [spec for spec in specs if spec.kind != "hf-prompt-lookup"]
-            console.print(
-                "hf-prompt-lookup left out: transformers' assisted sampling does not draw like plain sampling, so "
-                "its tokens differ from generate's under the same seed"
-            )
-        elif methods is None and image_token_ids(loaded):
-            specs = [spec for spec in specs if spec.kind != "hf-prompt-lookup"]
-            console.print(
-                "hf-prompt-lookup left out: transformers' prompt lookup copies image placeholder tokens into its "
-                "drafts on vision-language models and fails; name it in --methods to run it anyway"
-            )
-        recap_memory = open_memory_file(memory_file, loaded, processor, "recap", 8)
-        kernel_seconds = ensure_ready()  # before any timing: compiled on a machine's first run, then cached
-        console.print(f"drafting kernels ready in {kernel_seconds:.1f} s (numba: compiled once per machine, cached)")
+        left_out = bench_plan.drop_unrunnable_defaults(plan, loaded, methods_given=methods is not None)
+        if left_out:
+            console.print(left_out)
+        recap_memory = open_memory_file(memory_file, loaded, processor, "recap", bench_plan.MEMORY_FILE_K)
         first = next(iter(loaded.parameters()))
-        settings = {
-            "model": model,
-            "device": str(first.device),
-            "dtype": str(first.dtype).replace("torch.", ""),
-            "workload": workload,
-            "kernels_ready_seconds": round(kernel_seconds, 2),
-        }
-        cost_table = None
-        if costs:
-            largest = max(
-                [s.config.node_budget + 1 + s.config.suffix_tokens for s in specs if s.kind == "recap"] + [81]
-            )
-            cost_table = measure_costs(loaded, build_inputs(processor, warmup.prompt, warmup.image), largest)
-        results = run_bench(
-            loaded,
-            processor,
-            requests,
-            specs,
-            max_new_tokens=max_new_tokens,
-            memory=memory,
-            warmup=warmup,
-            settings=settings,
-            preset_memories={"recap": recap_memory},
-            costs=cost_table,
-            sampling=sampling or None,
-            seed=seed,
+        settings = {"model": model, "device": str(first.device), "dtype": str(first.dtype).replace("torch.", "")}
+        results, cost_table = bench_plan.execute(
+            plan, loaded, processor, settings, max_new_tokens, memory, recap_memory, costs, seed, say=console.print
         )
+        workload = plan.workload
         out = out or Path("bench_out") / Path(model).name
         write(results, out)
         if memory_file is not None:
@@ -308,7 +257,7 @@ def bench(
 @memory_app.command("info")
 def memory_info_command(file: Annotated[Path, typer.Argument(help="a memory file written by recap")]) -> None:
     """Show what a memory file holds (validating it fully)."""
-    from .persist import memory_info
+    from .core.persist import memory_info
 
     try:
         info = memory_info(file)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
-FUSION_MODES = ("entropy", "fixed", "strict")
+from .codes import FIXED_FUSION_WEIGHTS, FUSION_MODES
+
+__all__ = ["DEFAULT_HIT_MASSES", "FIXED_FUSION_WEIGHTS", "FUSION_MODES", "RecapConfig"]
+
 SCORINGS = ("calibrated", "hit-mass")
 WRITE_SCOPES = ("full-tree", "committed")
 DEFAULT_HIT_MASSES = (0.68, 0.63, 0.50, 0.43, 0.40, 0.38)
-FIXED_FUSION_WEIGHTS = (0.70, 0.20, 0.10, 0.05)
 
 
 @dataclass(frozen=True)
@@ -33,13 +35,13 @@ class RecapConfig:
     image, always come first).
 
     ``scoring``: "calibrated" (ours, the default) scores a candidate by the acceptance rate
-    observed for candidates like it (``recap.calibration``: by source, depth and q), so a
+    observed for candidates like it (``recap.core.calibration``: by source, depth and q), so a
     node's score estimates the chance its path is accepted; the suffix continuation then
     competes with the other candidates for the budget. "hit-mass" is the paper's score
     (score(parent) x hit mass of the depth x q), with the suffix path grafted on top of the
     budget. ``adaptive_budget`` (default on): each step verifies the size of the best-first
     tree, up to ``node_budget`` nodes besides the root (0: a plain step), that commits the
-    most tokens per second on this model and machine (``recap.cost``); off, every step
+    most tokens per second on this model and machine (``recap.core.step_cost``); off, every step
     verifies ``node_budget`` nodes. Neither changes the output, only the speed.
     ``RecapConfig.paper()`` is the paper's setting.
 

@@ -60,7 +60,7 @@ def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto") -> 
     model = cls.from_pretrained(name_or_path, dtype=resolve_dtype(dtype, torch_device), attn_implementation="sdpa")
     model = model.to(torch_device).eval()
     tree_support(model)
-    from .zoo.processors import register
+    from .zoo.image_processor import register
 
     register()  # lets a saved tiny Qwen2.5-VL folder load its image-only processor
     try:
@@ -105,3 +105,10 @@ def build_inputs(processor: Any, prompt: str, image: Image.Image | str | Path | 
 def decode(processor: Any, token_ids: list[int]) -> str:
     tokenizer = getattr(processor, "tokenizer", processor)
     return tokenizer.decode(token_ids, skip_special_tokens=True)
+
+
+def sampling_arguments(temperature: float | None, top_p: float | None, top_k: int | None) -> dict[str, Any]:
+    """generate's sampling arguments from the CLI's options: {} (greedy) when none is given, else
+    ``do_sample=True`` and the ones given."""
+    given = {k: v for k, v in dict(temperature=temperature, top_p=top_p, top_k=top_k).items() if v is not None}
+    return {"do_sample": True, **given} if given else {}

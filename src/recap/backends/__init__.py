@@ -1,39 +1,50 @@
 """Backends: what the decode loop needs from a model engine (``Target``) and its implementations
-(``hf.HFTarget`` for transformers models)."""
+(``hf.HFTarget`` for transformers models). Backends import the model-free core only."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
 
-from ..topk import TopK
-from ..tree import DraftTree
+from ..core.topk import TopK
+from ..core.tree import DraftTree
+
+
+class Prefill(NamedTuple):
+    """What a prefill returns to the loop."""
+
+    first: int  # the greedy first new token
+    topk: TopK | None  # top-k at the prompt positions asked for, or None
+    logits: torch.Tensor  # [1, V] raw logits at the prompt's last position (for processed token choices)
+
+
+class Verification(NamedTuple):
+    """What one verify forward over a tree returns to the loop."""
+
+    greedy: np.ndarray  # [N] int64, the raw argmax after each node
+    topk: TopK  # [N, k], what the drafters learn from
+    logits: torch.Tensor  # [N, V] raw logits (for processed or sampled token choices)
 
 
 class Target(Protocol):
     """One request's view of the target model: the decode loop's only window on it.
 
     ``vocab_size`` logits per position; ``placeholder_ids`` (image / video tokens) are never
-    drafted; ``k`` candidates per top-k row; ``logits`` the raw logits of the last prefill (last
-    row, [1, V]) or verify ([N, V]), for token choices that process them. ``model`` identifies
-    the model for per-model state that outlives a request (default memories, step costs).
+    drafted. The top-k rows it returns hold the ``k`` candidates it was built with.
     """
 
-    model: Any
     vocab_size: int
     placeholder_ids: frozenset[int]
-    k: int
-    logits: torch.Tensor | None
 
-    def prefill(self, inputs: Mapping[str, Any], positions: Sequence[int]) -> tuple[int, TopK | None]:
-        """Run the prompt; (greedy first token, top-k at ``positions`` of the prompt or None)."""
+    def prefill(self, inputs: Mapping[str, Any], positions: Sequence[int]) -> Prefill:
+        """Run the prompt; the greedy first token, top-k at ``positions`` of the prompt (or None)."""
         ...
 
-    def verify(self, tree: DraftTree) -> tuple[np.ndarray, TopK]:
-        """One forward over the tree: (greedy next token after each node [N], top-k [N, k])."""
+    def verify(self, tree: DraftTree) -> Verification:
+        """One forward over the tree: greedy next token after each node, top-k, raw logits."""
         ...
 
     def commit(self, path: Sequence[int]) -> None:

@@ -1,7 +1,7 @@
 """Tree verification on Hugging Face transformers models (5.x): masks, positions, cache.
 
-Any decoder-only model with the capabilities in ``capabilities.py`` is verified (the README's
-family table lists the tested ones). No model file is forked: the tree is verified through the
+Any decoder-only model with the capabilities in ``capabilities.py`` is verified (docs/models.md
+lists the tested families). No model file is forked: the tree is verified through the
 model's own forward with a 4-D mask, explicit positions and a cache recap owns.
 """
 
@@ -13,13 +13,16 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
+from ..core.topk import TopK
+from ..core.tree import DraftTree
+from ..core.vocab import output_vocab_size
 from ..errors import UnsupportedModelError
-from ..topk import TopK
-from ..tree import DraftTree
+from . import Prefill, Verification
 from .capabilities import AttentionKind, TreeSupport, tree_support
+
+__all__ = ["HFTarget", "NOT_PROMPT_INPUTS", "check_supported", "output_vocab_size", "placeholder_ids"]
 
 _prefill_locks: weakref.WeakKeyDictionary[torch.nn.Module, threading.Lock] = weakref.WeakKeyDictionary()
 _registry_lock = threading.Lock()
@@ -34,21 +37,8 @@ def _prefill_lock(model: torch.nn.Module) -> threading.Lock:
         return lock
 
 
-def output_vocab_size(model: torch.nn.Module) -> int:
-    """Number of logits the model returns per position."""
-    head = model.get_output_embeddings()
-    if head is None or not hasattr(head, "weight"):
-        raise UnsupportedModelError(f"{type(model).__name__} has no output embedding (lm_head)")
-    return int(head.weight.shape[0])
-
-
-def image_token_ids(model: torch.nn.Module) -> frozenset[int]:
-    """Placeholder token ids of images and videos: never keys, never draft nodes."""
-    return placeholder_ids(model.config)
-
-
 def placeholder_ids(config: Any) -> frozenset[int]:
-    """The image / video placeholder ids a model config names (``image_token_ids`` of a config)."""
+    """The image / video placeholder token ids a model config names: never keys, never draft nodes."""
     ids = set()
     for name in ("image_token_id", "image_token_index", "video_token_id", "video_token_index"):
         value = getattr(config, name, None)
@@ -120,17 +110,17 @@ class HFTarget:
     it needs (``vocab_size``, ``placeholder_ids``; the support check runs on construction) and the
     three operations prefill, tree verify, KV commit.
 
-    ``length`` is the number of committed tokens in the cache; the root of the next tree
-    (the last committed token) is not in it yet. ``logits`` holds the raw logits of the last
-    prefill (its last row, [1, V]) or verify ([N, V]) for the token choices that need them.
+    ``k``: candidates per row of the top-k handed to the drafters. ``length`` is the number of
+    committed tokens in the cache; the root of the next tree (the last committed token) is not in
+    it yet.
     """
 
-    def __init__(self, model: torch.nn.Module, k: int = 8) -> None:
+    def __init__(self, model: torch.nn.Module, k: int) -> None:
         self.support = check_supported(model)
         self.model = model
         self.k = k  # candidates per row of the top-k handed to drafters
         self.vocab_size = output_vocab_size(model)
-        self.placeholder_ids = image_token_ids(model)
+        self.placeholder_ids = placeholder_ids(model.config)
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.cache = None
@@ -140,9 +130,8 @@ class HFTarget:
         # [R, 1, 1] (R rows of M-RoPE positions)
         self.position_base = torch.zeros((1, 1), dtype=torch.long, device=self.device)
         self._pending = 0
-        self.logits: torch.Tensor | None = None  # [rows, V] of the last prefill (its last row) or verify
 
-    def prefill(self, inputs: Mapping[str, torch.Tensor], positions: Sequence[int]) -> tuple[int, TopK | None]:
+    def prefill(self, inputs: Mapping[str, torch.Tensor], positions: Sequence[int]) -> Prefill:
         """Run the prompt (and images); return the greedy first new token and the top-k at
         ``positions`` of the prompt (None if no positions were asked for).
 
@@ -171,16 +160,15 @@ class HFTarget:
         self.position_base = position_ids[..., -1:] + (1 - length)
         self.length = length
         logits = out.logits[0]  # [P + 1, V]
-        self.logits = logits[-1:]
         first = int(logits[-1].argmax())
         if not positions:
-            return first, None
+            return Prefill(first, None, logits[-1:])
         ids, probs = _topk(logits[:-1], self.k)
-        return first, TopK(ids.cpu().numpy(), probs.cpu().numpy())
+        return Prefill(first, TopK(ids.cpu().numpy(), probs.cpu().numpy()), logits[-1:])
 
-    def verify(self, tree: DraftTree) -> tuple[np.ndarray, TopK]:
-        """One forward over all tree nodes. Returns the greedy next token after each node
-        [N] and the top-k there."""
+    def verify(self, tree: DraftTree) -> Verification:
+        """One forward over all tree nodes: the greedy next token after each node [N], the
+        top-k there and the raw logits [N, V]."""
         n, length = len(tree), self.length
         device = self.device
         input_ids = torch.from_numpy(tree.tokens).to(device).view(1, n)
@@ -192,13 +180,13 @@ class HFTarget:
                 input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=True,
                 **{self.cache_kwarg: self.cache},
             )  # fmt: skip
-            logits = self.logits = out.logits[0]  # [N, V]
+            logits = out.logits[0]  # [N, V]
             greedy = logits.argmax(dim=-1)
             ids, probs = _topk(logits, self.k)
             ids_and_greedy = torch.cat([greedy[:, None], ids], dim=1).cpu().numpy()
             probs = probs.cpu().numpy()
         self._pending = n
-        return ids_and_greedy[:, 0], TopK(ids_and_greedy[:, 1:], probs)
+        return Verification(ids_and_greedy[:, 0], TopK(ids_and_greedy[:, 1:], probs), logits)
 
     def _tree_mask(self, tree: DraftTree, depths: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
         """Additive [1, 1, N, L + N] mask: a node sees the committed prefix and its ancestors
@@ -243,4 +231,3 @@ class HFTarget:
 
     def close(self) -> None:
         self.cache = None
-        self.logits = None

@@ -12,9 +12,9 @@ import torch
 
 from ..backends.hf import output_vocab_size
 from ..config import RecapConfig
-from ..decode import generate
+from ..core.memory import TokenMemory
 from ..drafters import PERSISTENT_METHODS, memory_k
-from ..memory import TokenMemory
+from ..entry import generate
 
 REFERENCE = "generate"
 PEERS = ("hf-prompt-lookup",)  # the model library's own methods, which may not support a model

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+from ..codes import PERSISTENT_METHODS
 from ..config import RecapConfig
-from ..cost import StepCost
-from ..memory import TokenMemory
+from ..core.memory import TokenMemory
+from ..core.step_cost import StepCost
 from .base import Drafter, NoDrafter
 from .prompt_lookup import PromptLookupDrafter
 from .recap import RecapDrafter
 from .token_recycling import TokenRecyclingDrafter
 
-METHODS = ("recap", "token_recycling", "pld", "ar")
-PERSISTENT_METHODS = ("recap", "token_recycling")
+METHODS = ("recap", "token_recycling", "pld", "ar")  # every method the loop runs; PERSISTENT_METHODS keep a memory
 
 
 def memory_k(method: str, config: RecapConfig) -> int:
@@ -23,19 +23,20 @@ def make_drafter(
     method: str,
     config: RecapConfig,
     memory: TokenMemory | None,
-    blocked: frozenset[int],
+    placeholder_ids: frozenset[int],
     cost: StepCost | None = None,
 ) -> Drafter:
     """The drafter of ``method``; ``memory`` is its persistent table (recap, token_recycling);
-    ``cost`` the step-time model RECAP sizes its trees with (adaptive budget)."""
+    ``placeholder_ids`` the image / video tokens never drafted; ``cost`` the step-time model RECAP
+    sizes its trees with (adaptive budget)."""
     if method == "recap":
         assert memory is not None
-        return RecapDrafter(config, memory, blocked, cost)
+        return RecapDrafter(config, memory, placeholder_ids, cost)
     if method == "token_recycling":
         assert memory is not None
         return TokenRecyclingDrafter(memory)
     if method == "pld":
-        return PromptLookupDrafter(config.pld_max_ngram, config.pld_min_ngram, config.pld_num_tokens, blocked)
+        return PromptLookupDrafter(config.pld_max_ngram, config.pld_min_ngram, config.pld_num_tokens, placeholder_ids)
     if method == "ar":
         return NoDrafter()
     raise ValueError(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")

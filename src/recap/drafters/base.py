@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from ..accept import Acceptance
-from ..topk import TopK
-from ..tree import DraftTree
+from ..core.accept import Acceptance
+from ..core.topk import TopK
+from ..core.tree import DraftTree
 
 
 class Drafter(Protocol):

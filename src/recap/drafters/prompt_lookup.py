@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..accept import Acceptance
-from ..topk import TopK
-from ..tree import DraftTree, Source
+from ..core.accept import Acceptance
+from ..core.topk import TopK
+from ..core.tree import DraftTree, Source
 
 
 def lookup_continuation(history: np.ndarray, max_ngram: int, min_ngram: int, num_tokens: int) -> list[int]:
@@ -30,10 +30,14 @@ class PromptLookupDrafter:
     name = "pld"
 
     def __init__(
-        self, max_ngram: int = 3, min_ngram: int = 1, num_tokens: int = 10, blocked: frozenset[int] = frozenset()
+        self,
+        max_ngram: int = 3,
+        min_ngram: int = 1,
+        num_tokens: int = 10,
+        placeholder_ids: frozenset[int] = frozenset(),
     ) -> None:
         self.max_ngram, self.min_ngram, self.num_tokens = max_ngram, min_ngram, num_tokens
-        self.blocked = blocked
+        self.placeholder_ids = placeholder_ids
 
     def prefill_positions(self, prompt_ids: Sequence[int]) -> list[int]:
         return []
@@ -46,7 +50,7 @@ class PromptLookupDrafter:
             np.asarray(history, dtype=np.int64), self.max_ngram, self.min_ngram, self.num_tokens
         )
         for i, token in enumerate(chain):
-            if token in self.blocked:
+            if token in self.placeholder_ids:
                 chain = chain[:i]
                 break
         n = len(chain)

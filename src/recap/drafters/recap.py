@@ -2,7 +2,8 @@
 entropy-confidence weighting, drafted as a best-first tree plus a suffix continuation.
 
 The hot path (fusion, tree search, layout, memory writes) runs compiled
-(``recap.kernels``); ``recap.fusion`` and ``recap.tree_builder`` are its references.
+(``recap.kernels``); ``recap.reference.fusion`` and ``recap.reference.tree_builder`` are its
+readable references.
 """
 
 from __future__ import annotations
@@ -11,22 +12,22 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..accept import Acceptance
-from ..calibration import cell_index
 from ..config import RecapConfig
-from ..cost import StepCost
+from ..core.accept import Acceptance
+from ..core.memory import ContextTable, TokenMemory
+from ..core.step_cost import StepCost
+from ..core.suffix import SuffixIndex
+from ..core.topk import TopK
+from ..core.tree import DraftTree, Source
 from ..kernels import drafting, tables
-from ..memory import ContextTable, TokenMemory
-from ..suffix import SuffixIndex
-from ..topk import TopK
-from ..tree import DraftTree, Source
+from ..kernels.cells import cell_index
 
 
-def collapse_runs(tokens: Sequence[int], blocked: frozenset[int]) -> list[int]:
-    """``tokens`` with every run of one blocked token (an image's placeholders) kept once."""
+def collapse_runs(tokens: Sequence[int], placeholder_ids: frozenset[int]) -> list[int]:
+    """``tokens`` with every run of one placeholder token (an image's) kept once."""
     out: list[int] = []
     for t in tokens:
-        if t in blocked and out and out[-1] == t:
+        if t in placeholder_ids and out and out[-1] == t:
             continue
         out.append(t)
     return out
@@ -81,7 +82,7 @@ class RecapDrafter:
         self,
         config: RecapConfig,
         memory: TokenMemory,
-        blocked: frozenset[int] = frozenset(),
+        placeholder_ids: frozenset[int] = frozenset(),
         cost: StepCost | None = None,
     ) -> None:
         if memory.k < config.k:
@@ -93,7 +94,7 @@ class RecapDrafter:
             )
         self.config = config
         self.memory = memory
-        self.blocked = blocked
+        self.placeholder_ids = placeholder_ids
         self.cost = cost if config.adaptive_budget else None
         # the 2-/3-token rows: the memory's shared tables when rows are kept across requests (this
         # request's rows carry its stamp), else tables of this drafter's own, cleared per request
@@ -104,12 +105,11 @@ class RecapDrafter:
         self.stamp = 1
         self.suffix = SuffixIndex()
         self.frequent = FrequentTokens(config.k)
-        self._blocked_mask = np.zeros(memory.vocab_size, dtype=bool)
-        self._blocked_mask[[t for t in blocked if 0 <= t < memory.vocab_size]] = True
+        self._placeholder_mask = np.zeros(memory.vocab_size, dtype=bool)
+        self._placeholder_mask[[t for t in placeholder_ids if 0 <= t < memory.vocab_size]] = True
         # use[o]: key order o is used; use[0]: the persistent 2-/3-token rows are
         self._use = np.asarray([config.persistent_context, *(o in config.key_orders for o in (1, 2, 3))])
         self._write = self._use[1:].copy()  # which memories a step writes: the token memory, 2-/3-token tables
-        self._fusion = drafting.FUSION_CODES[config.fusion]
         self._specificity = np.asarray(config.specificity, dtype=np.float64)
         self._hit_masses = np.asarray([config.hit_mass(d) for d in range(1, config.max_depth + 1)])
         self._calibrated = config.scoring == "calibrated"
@@ -130,7 +130,7 @@ class RecapDrafter:
         seen: set[int] = set()
         positions = []
         for i, t in enumerate(prompt_ids):
-            if t in self.blocked or (t in seen and not seed_context):
+            if t in self.placeholder_ids or (t in seen and not seed_context):
                 continue
             seen.add(t)
             positions.append(i)
@@ -152,9 +152,9 @@ class RecapDrafter:
             if self.config.seed_context_from_prefill:
                 self._seed_context(ids, at, prompt_topk)
         self.suffix = SuffixIndex()
-        self.suffix.extend(collapse_runs(prompt_ids, self.blocked))
+        self.suffix.extend(collapse_runs(prompt_ids, self.placeholder_ids))
         self.frequent = FrequentTokens(self.config.k)
-        self.frequent.add([t for t in prompt_ids if t not in self.blocked])
+        self.frequent.add([t for t in prompt_ids if t not in self.placeholder_ids])
         # the context of the prompt's last token, in case the first verified row is there (vLLM)
         self._set_root(prompt_ids)
         self._cells = self._empty
@@ -162,7 +162,7 @@ class RecapDrafter:
     def _seed_context(self, ids: np.ndarray, at: np.ndarray, topk: TopK) -> None:
         """Rows of the prompt's text positions under their last 2 and 3 prompt tokens."""
         parents = np.arange(-1, len(ids) - 1, dtype=np.int64)
-        keys2, keys3 = tables.node_context_keys(ids, parents, at, np.full(2, -1, np.int64), self._blocked_mask)
+        keys2, keys3 = tables.node_context_keys(ids, parents, at, np.full(2, -1, np.int64), self._placeholder_mask)
         rows = np.arange(len(at), dtype=np.int64)
         with self.memory.lock:
             for order, keys in ((2, keys2), (3, keys3)):
@@ -176,13 +176,13 @@ class RecapDrafter:
 
     # -- drafting ----------------------------------------------------------------------
     def _suffix_path(self) -> tuple[np.ndarray, int]:
-        """The suffix-matched continuation (cut at a blocked token) and its match length."""
+        """The suffix-matched continuation (cut at a placeholder token) and its match length."""
         length, end = self.suffix.longest_repeat()
         if length == 0 or not self.config.suffix_tokens:
             return self._empty, 0
         path = self.suffix.text[end + 1 : end + 1 + self.config.suffix_tokens]
         for i, token in enumerate(path):
-            if token in self.blocked:
+            if token in self.placeholder_ids:
                 path = path[:i]
                 break
         return np.asarray(path, dtype=np.int64), length
@@ -209,15 +209,17 @@ class RecapDrafter:
             else:
                 budget = forced - 1
         with self.memory.lock:
-            arrays = (self.context[2].arrays, self.context[3].arrays)
-            tokens, parents, _, sources, _, probs, cells, keep = drafting.build_tree(
-                context, self.memory.arrays, arrays, self._use, self.stamp,
-                self._fusion, self._specificity, fallback_tokens, fallback_q, budget, cfg.max_depth,
-                cfg.max_width, self._calibrated, self._hit_masses, cell_probs, self._blocked_mask,
-                suffix if self._calibrated else self._empty, suffix_length, step_costs,
+            built = drafting.build_tree(
+                root_context=context, token_memory=self.memory.arrays,
+                tables=(self.context[2].arrays, self.context[3].arrays), use=self._use, stamp=self.stamp,
+                fusion=cfg.fusion, specificity=self._specificity, fallback_tokens=fallback_tokens,
+                fallback_q=fallback_q, budget=budget, max_depth=cfg.max_depth, max_width=cfg.max_width,
+                calibrated=self._calibrated, hit_masses=self._hit_masses, cell_probs=cell_probs,
+                placeholder_mask=self._placeholder_mask, suffix=suffix if self._calibrated else self._empty,
+                suffix_length=suffix_length, step_costs=step_costs,
             )  # fmt: skip
         if len(step_costs):
-            self.cost.picked(keep)
+            self.cost.picked(built.keep)
         if self._calibrated or not len(suffix):
             graft, graft_cells = self._empty, self._empty
         else:
@@ -226,9 +228,10 @@ class RecapDrafter:
                 [cell_index(int(Source.SUFFIX), depth, suffix_length) for depth in range(1, len(suffix) + 1)]
             )
         graft_probs = cell_probs[graft_cells]
-        tree = drafting.layout(tokens, parents, sources, probs, cells, keep, graft, graft_probs, graft_cells)
-        self._cells = tree[5]
-        return DraftTree(tokens=tree[0], parents=tree[1], depths=tree[2], sources=tree[3], probs=tree[4])
+        tree = drafting.layout(built, graft, graft_probs, graft_cells)
+        self._cells = tree.cells
+        return DraftTree(tokens=tree.tokens, parents=tree.parents, depths=tree.depths, sources=tree.sources,
+                         probs=tree.probs)  # fmt: skip
 
     def best_path(self, tree: DraftTree, max_tokens: int, min_prob: float = 0.0) -> np.ndarray:
         """The node indices (root first) of the path ``best_chain`` returns."""
@@ -302,11 +305,11 @@ class RecapDrafter:
                 table.reserve(rows)
             added = tables.learn_tree(
                 tree.tokens, tree.parents, path, self.config.write_scope == "committed", self._root_context[:2],
-                self._blocked_mask, self.memory.arrays, (pair[0].arrays, pair[1].arrays), self._write, self.stamp,
+                self._placeholder_mask, self.memory.arrays, (pair[0].arrays, pair[1].arrays), self._write, self.stamp,
                 topk.ids, topk.probs, cells, calibration.arrays,
             )  # fmt: skip
             pair[0].count += int(added[0])
             pair[1].count += int(added[1])
-        text = collapse_runs(committed, self.blocked)
+        text = collapse_runs(committed, self.placeholder_ids)
         self.suffix.extend(text)
-        self.frequent.add([t for t in text if t not in self.blocked])
+        self.frequent.add([t for t in text if t not in self.placeholder_ids])

@@ -13,10 +13,10 @@ from importlib import resources
 
 import numpy as np
 
-from ..accept import Acceptance
-from ..memory import TokenMemory
-from ..topk import TopK
-from ..tree import DraftTree, Source
+from ..core.accept import Acceptance
+from ..core.memory import TokenMemory
+from ..core.topk import TopK
+from ..core.tree import DraftTree, Source
 
 TEMPLATE_FILE = "tr_tree_2.2.2.json"
 

@@ -1,17 +1,17 @@
-"""Compiled hot paths of the drafters (numba), each with a pure-Python reference elsewhere in
-the package that the tests hold it equal to.
+"""Compiled hot paths of the drafters (numba), each held equal by the tests to a readable
+Python reference in ``recap.reference``.
 
-- ``tables``: the request-local 2-/3-token memories as open-addressing hash tables, and the
-  writes of verified top-k rows into them and into the dense token memory
-  (reference: ``recap.memory.ContextMemory`` and ``TokenMemory.write``).
+- ``cells``: the calibration cell of a candidate and the one update rule of a cell's counts.
+- ``tables``: row concentrations, the 2-/3-token memories as open-addressing hash tables, and
+  the writes of verified top-k rows into them and into the dense token memory, with one step's
+  learning in one call (references: ``recap.reference.context_memory``, ``TokenMemory.write``).
 - ``drafting``: fusion of the rows found for a context, the best-first tree and its
-  depth-first layout (reference: ``recap.fusion`` and ``recap.tree_builder``).
-- ``verify``: greedy acceptance and the calibration counts (reference: ``recap.accept``).
+  depth-first layout (references: ``recap.reference.fusion`` and ``recap.reference.tree_builder``).
+- ``verify``: greedy acceptance and the tree's ancestor mask (reference: ``recap.reference.verify``).
 
-Compiled functions are cached on disk (numba ``cache=True``), so only the first import on a
-machine pays the compilation; ``warm_up()`` compiles everything up front and says how long
-it took. Without numba installed (or with ``NUMBA_DISABLE_JIT=1``) the same functions run as
-plain Python: correct, only slower.
+Kernels import only the leaves ``recap.jit`` (``njit``) and ``recap.codes`` (shared constants).
+Compiled functions are cached on disk, so only the first import on a machine pays the
+compilation; ``warm_up()`` compiles everything up front and says how long it took.
 """
 
 from __future__ import annotations
@@ -19,30 +19,16 @@ from __future__ import annotations
 import threading
 import time
 
-try:
-    import numba
-
-    def njit(function):
-        return numba.njit(cache=True, nogil=True)(function)
-
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - numba is a dependency; this keeps a broken install usable
-
-    def njit(function):
-        return function
-
-    HAVE_NUMBA = False
-
-
 _ready_seconds: float | None = None
 _ready_lock = threading.Lock()
 
 
 def warm_up() -> float:
     """Compile (or load from the on-disk cache) every kernel; returns the seconds it took."""
-    from . import drafting, tables, verify
+    from . import cells, drafting, tables, verify
 
     start = time.perf_counter()
+    cells.warm_up()
     tables.warm_up()
     drafting.warm_up()
     verify.warm_up()

@@ -1,7 +1,7 @@
 """Compiled drafting: fusion of memory rows, the best-first tree and its layout.
 
-Twins of ``recap.fusion.fuse_rows``, ``recap.tree_builder.build_tree`` and
-``recap.tree_builder.layout`` (same algorithm, same tie-breaks, same float64 arithmetic), so
+Twins of ``recap.reference.fusion.fuse_rows``, ``recap.reference.tree_builder.build_tree`` and
+``recap.reference.tree_builder.layout`` (same algorithm, same tie-breaks, same float64 arithmetic), so
 the trees are identical; the tests check that on many random memories.
 
 Memories are passed as tuples of arrays:
@@ -14,22 +14,70 @@ Memories are passed as tuples of arrays:
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-from ..calibration import cell_index
-from . import njit
+from ..codes import (
+    FIXED_FUSION_WEIGHTS,
+    FUSION_MODES,
+    N_CELLS,
+    SOURCE_FREQUENCY,
+    SOURCE_ORDER1,
+    SOURCE_PERSISTENT2,
+    SOURCE_PERSISTENT3,
+    SOURCE_ROOT,
+    SOURCE_SUFFIX,
+)
+from ..jit import njit
+from .cells import cell_index
 from .tables import find, pack_key
 
-FIXED_WEIGHTS = np.array([0.70, 0.20, 0.10, 0.05])
-FUSION_CODES = {"entropy": 0, "fixed": 1, "strict": 2}
-SUFFIX, FREQUENCY, PERSISTENT2, PERSISTENT3 = 4, 7, 8, 9  # recap.tree.Source values
+FIXED_WEIGHTS = np.array(FIXED_FUSION_WEIGHTS)
+FUSION_CODES = {mode: code for code, mode in enumerate(FUSION_MODES)}  # entropy 0, fixed 1, strict 2
+ENTROPY, FIXED, STRICT = range(3)
+
+
+class BuiltTree(NamedTuple):
+    """The best-first tree in insertion order (arrays of length n) and the size chosen."""
+
+    tokens: np.ndarray  # [n] int64
+    parents: np.ndarray  # [n] int64
+    depths: np.ndarray  # [n] int64
+    sources: np.ndarray  # [n] int64, source codes
+    scores: np.ndarray  # [n] float64, best-first scores
+    probs: np.ndarray  # [n] float64, the estimate that each node's path is accepted
+    cells: np.ndarray  # [n] int64, calibration cell of each node (-1: none)
+    keep: int  # how many of the first nodes to verify (the size the cost rule chose)
+
+
+class LaidOutTree(NamedTuple):
+    """A tree in depth-first order (what is verified); arrays of length N."""
+
+    tokens: np.ndarray  # [N] int64
+    parents: np.ndarray  # [N] int64
+    depths: np.ndarray  # [N] int64
+    sources: np.ndarray  # [N] int8
+    probs: np.ndarray  # [N] float64
+    cells: np.ndarray  # [N] int64
 
 
 @njit
 def _row_source(order: int, persistent_row: bool) -> int:
+    """The source code of a row found under a key of ``order`` tokens (2 or 3)."""
     if persistent_row:
-        return PERSISTENT2 if order == 2 else PERSISTENT3
-    return order
+        return SOURCE_PERSISTENT2 if order == 2 else SOURCE_PERSISTENT3
+    return order  # SOURCE_ORDER2 = 2, SOURCE_ORDER3 = 3
+
+
+@njit
+def _key_order(source: int) -> int:
+    """The number of tokens in the key of a memory row's source."""
+    if source == SOURCE_PERSISTENT2:
+        return 2
+    if source == SOURCE_PERSISTENT3:
+        return 3
+    return source  # SOURCE_ORDER1/2/3 = 1/2/3
 
 
 @njit
@@ -70,17 +118,17 @@ def fuse_context(
             which[n_rows], slots[n_rows], sources[n_rows] = t, slot, _row_source(order, not own)
             n_rows += 1
     if use[1] and 0 <= c < mem_filled.shape[0] and mem_filled[c]:
-        which[n_rows], slots[n_rows], sources[n_rows] = -1, c, 1
+        which[n_rows], slots[n_rows], sources[n_rows] = -1, c, SOURCE_ORDER1
         n_rows += 1
     if n_rows == 0:
         for i in range(fallback_tokens.shape[0]):
             out_tokens[i] = fallback_tokens[i]
             out_q[i] = fallback_q[i]
-            out_sources[i] = FREQUENCY
+            out_sources[i] = SOURCE_FREQUENCY
         return fallback_tokens.shape[0]
     n = 0
     total = 0.0
-    single = mode == 2 or n_rows == 1
+    single = mode == STRICT or n_rows == 1
     for r in range(1 if single else n_rows):
         t, slot, source = which[r], slots[r], sources[r]
         if t < 0:
@@ -91,8 +139,8 @@ def fuse_context(
             for i in range(k):
                 out_tokens[i], out_q[i], out_sources[i] = ids[i], probs[i], source
             return k
-        order = source if source <= 3 else source - 6
-        if mode == 0:
+        order = _key_order(source)
+        if mode == ENTROPY:
             weight = specificity[order - 1] * np.float64(kappa)
         else:
             weight = FIXED_WEIGHTS[min(r, 3)]
@@ -172,7 +220,7 @@ def _heap_pop(neg, cnt, par, rank, size) -> int:
 
 
 @njit
-def build_tree(
+def _build_tree(
     root_context: np.ndarray,  # [3] int64: two tokens before the root (-1 where none), the root
     token_memory,
     tables,
@@ -198,6 +246,8 @@ def build_tree(
     size = budget + 1
     width = max_width
     k = token_memory[0].shape[1]
+    # working arrays, one per quantity (each with its own dtype), allocated once per call: the
+    # nodes, the candidates offered under each node, the scratch of one fusion, the frontier heap
     tokens = np.empty(size, np.int64)
     parents = np.empty(size, np.int64)
     depths = np.empty(size, np.int64)
@@ -230,7 +280,7 @@ def build_tree(
     vocab = blocked.shape[0]
     n_suffix = suffix.shape[0]
 
-    tokens[0], parents[0], depths[0], sources[0] = root_context[2], -1, 0, 0
+    tokens[0], parents[0], depths[0], sources[0] = root_context[2], -1, 0, SOURCE_ROOT
     scores[0], probs[0], cells[0] = 1.0, 1.0, -1
     before1[0] = root_context[1]
     on_suffix[0] = 0 if (n_suffix > 0 and calibrated) else -1
@@ -257,7 +307,7 @@ def build_tree(
                 cand_factors[i] = p if calibrated else hit_masses[depth - 1] * cand_q[i]
             j = on_suffix[node]
             if 0 <= j < n_suffix:
-                cell = cell_index(SUFFIX, depth, suffix_length)
+                cell = cell_index(SOURCE_SUFFIX, depth, suffix_length)
                 p = cell_probs[cell]
                 at = -1
                 for i in range(count):
@@ -270,7 +320,7 @@ def build_tree(
                     count += 1
                     cand_tokens[at], cand_q[at] = suffix[j], 0.0
                 if appended or p > cand_factors[at]:
-                    cand_sources[at], cand_factors[at], cand_probs[at], cand_cells[at] = SUFFIX, p, p, cell
+                    cand_sources[at], cand_factors[at], cand_probs[at], cand_cells[at] = SOURCE_SUFFIX, p, p, cell
             # stable insertion sort by factor, descending
             for i in range(1, count):
                 t, f, s, p, c = cand_tokens[i], cand_factors[i], cand_sources[i], cand_probs[i], cand_cells[i]
@@ -349,7 +399,7 @@ def build_tree(
 
 
 @njit
-def layout(
+def _layout(
     tokens: np.ndarray,
     parents: np.ndarray,
     sources: np.ndarray,
@@ -389,7 +439,7 @@ def layout(
         if child < 0:
             child = n
             n += 1
-            tok[child], par[child], src[child] = graft[g], node, SUFFIX
+            tok[child], par[child], src[child] = graft[g], node, SOURCE_SUFFIX
             prb[child], cel[child] = prb[node] * graft_probs[g], graft_cells[g]
             if last[node] < 0:
                 first[node] = child
@@ -432,9 +482,54 @@ def layout(
     return out_tok, out_par, out_dep, out_src, out_prb, out_cel
 
 
-def warm_up() -> None:
-    from ..calibration import N_CELLS
+def build_tree(
+    *,
+    root_context: np.ndarray,  # [3] int64: two tokens before the root (-1 where none), the root
+    token_memory: tuple,  # (ids [V, k] int32, probs [V, k] float32, kappa [V] float32, filled [V] bool)
+    tables: tuple,  # (2-token table, 3-token table), each (keys, ids, probs, kappa, stamps)
+    use: np.ndarray,  # [4] bool: use[o] key order o; use[0] rows kept from earlier requests
+    stamp: int,  # this request's stamp
+    fusion: str,  # one of codes.FUSION_MODES
+    specificity: np.ndarray,  # [3] float64, entropy fusion's prior weight of key orders 1, 2, 3
+    fallback_tokens: np.ndarray,  # [F] int64, the frequency fallback (empty: off)
+    fallback_q: np.ndarray,  # [F] float64
+    budget: int,  # draft nodes at most (root excluded)
+    max_depth: int,
+    max_width: int,
+    calibrated: bool,  # calibrated scores (else the paper's hit-mass scores)
+    hit_masses: np.ndarray,  # [max_depth] float64
+    cell_probs: np.ndarray,  # [N_CELLS] float64
+    placeholder_mask: np.ndarray,  # [vocab] bool, tokens never drafted (image placeholders)
+    suffix: np.ndarray,  # [S] int64, the suffix-matched continuation (merged only when calibrated)
+    suffix_length: int,  # its match length
+    step_costs: np.ndarray,  # [budget + 2] float64 seconds per step by tree size, or empty: no choice
+) -> BuiltTree:
+    """The best-first tree and the size chosen (reference: ``recap.reference.tree_builder.build_tree``)."""
+    return BuiltTree(
+        *_build_tree(
+            root_context, token_memory, tables, use, stamp, FUSION_CODES[fusion], specificity, fallback_tokens,
+            fallback_q, budget, max_depth, max_width, calibrated, hit_masses, cell_probs, placeholder_mask, suffix,
+            suffix_length, step_costs,
+        )
+    )  # fmt: skip
 
+
+def layout(
+    built: BuiltTree,
+    graft: np.ndarray,  # [G] int64, a path to graft from the root (the paper's suffix path)
+    graft_probs: np.ndarray,  # [G] float64
+    graft_cells: np.ndarray,  # [G] int64
+) -> LaidOutTree:
+    """The first ``built.keep`` nodes plus the graft, depth-first (reference: ``tree_builder.layout``)."""
+    return LaidOutTree(
+        *_layout(
+            built.tokens, built.parents, built.sources, built.probs, built.cells, built.keep, graft, graft_probs,
+            graft_cells,
+        )
+    )  # fmt: skip
+
+
+def warm_up() -> None:
     k, vocab = 2, 8
     token_memory = (
         np.zeros((vocab, k), np.int32),
@@ -451,8 +546,10 @@ def warm_up() -> None:
     )
     empty, one = np.zeros(0, np.int64), np.ones(1, np.int64)
     built = build_tree(
-        np.array([-1, -1, 1]), token_memory, (table, table), np.ones(4, np.bool_), 1, 0, np.ones(3), empty,
-        np.zeros(0), 4, 3, 2, True, np.ones(3), np.full(N_CELLS, 0.5), np.zeros(vocab, np.bool_), empty, 0,
-        np.ones(6),
+        root_context=np.array([-1, -1, 1]), token_memory=token_memory, tables=(table, table),
+        use=np.ones(4, np.bool_), stamp=1, fusion="entropy", specificity=np.ones(3), fallback_tokens=empty,
+        fallback_q=np.zeros(0), budget=4, max_depth=3, max_width=2, calibrated=True, hit_masses=np.ones(3),
+        cell_probs=np.full(N_CELLS, 0.5), placeholder_mask=np.zeros(vocab, np.bool_), suffix=empty, suffix_length=0,
+        step_costs=np.ones(6),
     )  # fmt: skip
-    layout(built[0], built[1], built[3], built[5], built[6], len(built[0]), one, np.ones(1), one)
+    layout(built, one, np.ones(1), one)

@@ -6,23 +6,41 @@ ids up to 2**21 - 1), hashed with splitmix64 and probed linearly. A table is fiv
 float32, ``kappa`` [cap] float32 and ``stamps`` [cap] int64, the request that wrote each row
 (so one table holds a request's own rows and, under other stamps, the rows kept from earlier
 requests); ``cap`` is a power of two and the owner grows the table before it gets half full,
-so a probe always ends. Reference: ``recap.memory.ContextMemory``.
+so a probe always ends. Reference: ``recap.reference.context_memory.ContextMemory``.
+
+A row's concentration kappa = exp(-H), H the entropy of its k probabilities plus one residual
+bucket holding the mass outside them, is computed here too (``row_concentrations``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..topk import concentration_of_row
-from . import njit
+from ..codes import EMPTY, MAX_TOKEN, TOKEN_BITS
+from ..jit import njit
+from .cells import count_trial
 
-# the calibration's constants (recap.calibration imports this module's njit, so they live here)
-PRIOR_WEIGHT = 4.0  # pseudo-observations of the prior in each cell
-MAX_WEIGHT = 4096.0  # a cell's counts are halved past this, so old evidence fades
 
-TOKEN_BITS = 21
-MAX_TOKEN = (1 << TOKEN_BITS) - 1
-EMPTY = -1
+@njit
+def concentration_of_row(probs: np.ndarray, i: int) -> np.float32:
+    """kappa of row ``i`` of ``probs`` [N, k]: exp(-entropy) with the residual bucket."""
+    entropy, total = 0.0, 0.0
+    for j in range(probs.shape[1]):
+        p = min(max(np.float64(probs[i, j]), 1e-30), 1.0)
+        total += p
+        entropy -= p * np.log(p)
+    residual = min(max(1.0 - total, 1e-30), 1.0)
+    entropy -= residual * np.log(residual)
+    return np.float32(np.exp(-entropy))
+
+
+@njit
+def row_concentrations(probs: np.ndarray) -> np.ndarray:
+    """kappa of every row of ``probs`` [N, k] float32. [N] float32, in (0, 1]"""
+    out = np.empty(probs.shape[0], np.float32)
+    for i in range(probs.shape[0]):
+        out[i] = concentration_of_row(probs, i)
+    return out
 
 
 @njit
@@ -256,20 +274,12 @@ def learn_tree(
         for i in range(1, n):
             cell = cells[i]
             if cell >= 0 and on_path[parents[i]]:
-                trials[cell] += 1.0
-                if on_path[i]:
-                    hits[cell] += 1.0
-                if trials[cell] > MAX_WEIGHT:
-                    trials[cell] *= 0.5
-                    hits[cell] *= 0.5
-                probs[cell] = (hits[cell] + PRIOR_WEIGHT * prior[cell]) / (trials[cell] + PRIOR_WEIGHT)
+                count_trial(trials, hits, probs, prior, cell, on_path[i])
     return added
 
 
 def warm_up() -> None:
-    from ..topk import row_concentration
-
-    row_concentration(np.full((1, 2), 0.5, np.float32))
+    row_concentrations(np.full((1, 2), 0.5, np.float32))
     table = (np.full(8, EMPTY, np.int64), np.zeros((8, 2), np.int32), np.zeros((8, 2), np.float32),
              np.zeros(8, np.float32), np.zeros(8, np.int64))  # fmt: skip
     bigger = tuple(np.concatenate([a, a]) for a in table)

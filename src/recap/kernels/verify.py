@@ -1,10 +1,10 @@
-"""Compiled greedy acceptance (twin of ``recap.accept.accept_greedy``)."""
+"""Compiled greedy acceptance and the tree's ancestor mask (references: ``recap.reference.verify``)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import njit
+from ..jit import njit
 
 
 @njit

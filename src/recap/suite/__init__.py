@@ -18,6 +18,10 @@ describe   free-form description paragraph               total object count
 
 Generation is a pure function of ``(family, seed, index)``; the wording of
 answers is a deterministic function of the image content (see ``text.pick``).
+
+The generators of a family share their shape on purpose (draw the props, then a list of prompts,
+a list of lead sentences, a gloss, fillers): what differs is the wording, which is the data, and
+folding it into shared helpers would make each family's text harder to read and to change.
 """
 
 from __future__ import annotations

@@ -12,9 +12,10 @@ import random
 from PIL import Image
 
 from . import props, vocab
+from .phrases import finish
 from .render import canvas
 from .scene import BACKGROUNDS, COLOUR_NAMES, COLOURS
-from .text import cap, number_word, pick, sentences, word_count
+from .text import cap, number_word, pick
 
 KINDS = ("shop", "road", "bus", "door", "bottle", "shirt")
 WALLS = {"cream": (250, 240, 212), "mint": (214, 240, 222), "lavender": (232, 226, 248), "peach": (250, 215, 190)}
@@ -24,13 +25,8 @@ def _key(text: str) -> int:
     return sum(ord(c) for c in text)
 
 
-def _fill(parts: list[str], extra: list[str], min_words: int = 24) -> str:
-    text = sentences(*parts)
-    for e in extra:
-        if word_count(text) >= min_words:
-            break
-        text = sentences(text, e)
-    return text
+def _fill(parts: list[str], extra: list[str]) -> str:
+    return finish(parts, extra, min_words=24)
 
 
 def _shop(rng: random.Random) -> tuple[Image.Image, str, str, str]:

@@ -122,7 +122,7 @@ def prompts_for(path: str | os.PathLike, requests: Sequence[Any]) -> list[dict[s
     around the image and the text, as ``recap.loading.build_inputs`` renders it."""
     from transformers import AutoProcessor
 
-    from ..zoo.processors import register
+    from ..zoo.image_processor import register
 
     register()
     processor = AutoProcessor.from_pretrained(str(path))

@@ -44,13 +44,13 @@ from typing import Any
 import numpy as np
 
 from .. import kernels
-from ..accept import Acceptance
 from ..backends.hf import placeholder_ids
 from ..config import RecapConfig
+from ..core.accept import Acceptance
+from ..core.memory import TokenMemory
+from ..core.topk import TopK
+from ..core.tree import DraftTree
 from ..drafters.recap import RecapDrafter
-from ..memory import TokenMemory
-from ..topk import TopK
-from ..tree import DraftTree
 from . import tap
 
 logger = logging.getLogger("recap.vllm")
@@ -144,7 +144,7 @@ class RecapProposer:
                 logger.warning("recap.vllm tree mode: this engine drafts chains instead: %s", self.tree_reason)
         self.max_model_len = int(model_config.max_model_len)
         self.vocab_size = int(model_config.get_vocab_size())
-        self.blocked = placeholder_ids(model_config.hf_config)
+        self.placeholder_ids = placeholder_ids(model_config.hf_config)
         self.min_prob = _env_float("RECAP_VLLM_MIN_PROB", DEFAULT_MIN_PROB)
         nodes = self.tree_nodes or int(_env_float("RECAP_VLLM_NODES", DEFAULT_NODES))
         self.config = RecapConfig(
@@ -341,7 +341,7 @@ class RecapProposer:
 
     def _begin(self, req_id: str, prompt: np.ndarray) -> RecapDrafter:
         memory = self.memory if self.memory_scope == "shared" else TokenMemory(self.vocab_size, k=TOPK)
-        drafter = RecapDrafter(self.config, memory, self.blocked)
+        drafter = RecapDrafter(self.config, memory, self.placeholder_ids)
         drafter.begin(prompt.tolist(), [], None)
         self._drafters[req_id] = drafter
         self.stats.requests += 1

@@ -57,7 +57,7 @@ def torchvision_works() -> bool:
 def _image_only_qwen() -> None:
     """Qwen2.5-VL in vLLM with an image-only processor (right after vLLM's module loads).
 
-    The class is ``recap.zoo.processors.QwenVLImageProcessor``, defined again here: importing
+    The class is ``recap.zoo.image_processor.QwenVLImageProcessor``, defined again here: importing
     the ``recap`` package would load numba into vLLM's front-end process, and vLLM 0.32's CPU
     worker fails on numba's llvmlite when it is forked from such a process."""
     from transformers import AutoProcessor, Qwen2_5_VLConfig, Qwen2_5_VLProcessor

@@ -22,7 +22,7 @@ def load(name: str) -> tuple[Any, Any]:
     """(model, processor) of an embedded model, float32 on the CPU, sdpa attention."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from .processors import register
+    from .image_processor import register
 
     register()
     folder = path(name)

@@ -1,0 +1,28 @@
+"""The reference of ``recap.core.memory.ContextTable``: 2-/3-token rows in a dict."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..core.memory import Row
+
+
+class ContextMemory:
+    """Rows keyed by the last ``order`` tokens (2 or 3); lives for one request."""
+
+    def __init__(self, order: int) -> None:
+        self.order = order
+        self.rows: dict[tuple[int, ...], Row] = {}
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def get(self, key: tuple[int, ...]) -> Row | None:
+        return self.rows.get(key)
+
+    def write_many(self, keys: Sequence[tuple[int, ...]], rows: Sequence[Row]) -> None:
+        """Write rows under keys; within one call the first occurrence of a key wins."""
+        self.rows.update(zip(reversed(keys), reversed(rows)))
+
+    def clear(self) -> None:
+        self.rows.clear()
