@@ -25,7 +25,7 @@ def _dense(query, keys, values, allowed, scale):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("prefix", [1, 37, 300])
 def test_two_pass_tree_attention_equals_dense_masked_attention(dtype, prefix) -> None:
-    from recap.tree import DraftTree
+    from recap.core.tree import DraftTree
     from recap.vllm.tree_attention import two_pass_attention
 
     torch.manual_seed(prefix)

@@ -18,9 +18,9 @@ pytest.importorskip("vllm", reason="vLLM is not installed here (bash scripts/set
 import recap.vllm  # noqa: E402
 from recap.bench.workloads import suite_requests  # noqa: E402
 from recap.config import RecapConfig  # noqa: E402
+from recap.core.memory import TokenMemory  # noqa: E402
+from recap.core.tree import DraftTree  # noqa: E402
 from recap.drafters.recap import RecapDrafter  # noqa: E402
-from recap.memory import TokenMemory  # noqa: E402
-from recap.tree import DraftTree  # noqa: E402
 from recap.vllm import bench, tree_attention, tree_mode  # noqa: E402
 from recap.vllm.proposer import RecapTreeProposer  # noqa: E402
 
@@ -215,7 +215,7 @@ def test_a_step_with_an_attention_feature_trees_cannot_honour_accepts_the_first_
     tree = DraftTree.from_lists([5, 6, 7, 8], [-1, 0, 0, 2])
     argmax = np.asarray([7, 1, 8, 9])
     assert tree_mode._accept_chain(tree, argmax).path == [0]
-    from recap.accept import accept_greedy
+    from recap.core.accept import accept_greedy
 
     assert accept_greedy(tree, argmax).path == [0, 2, 3]
 

@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..accept import accept_greedy
-from ..tree import DraftTree
+from ..core.accept import accept_greedy
+from ..core.tree import DraftTree
 from . import tap, tree_attention
 
 logger = logging.getLogger("recap.vllm")
@@ -181,7 +181,7 @@ def _accept(runner: Any, logits: torch.Tensor, metadata: Any, output: Any, step:
 
 
 def _accept_chain(tree: DraftTree, argmax: np.ndarray):
-    from ..accept import Acceptance
+    from ..core.accept import Acceptance
 
     last = 0
     for i in range(1, len(tree)):
