@@ -61,11 +61,16 @@ def test_tree_mode_equals_vllm_greedy_and_the_chain_cold_and_warm_batch_1_and_8(
     llm, proposer = _engine(path, "recap-tree", max_num_batched_tokens=256)
     assert isinstance(proposer, RecapTreeProposer) and proposer.trees_on, "vLLM did not create the tree proposer"
     mixed = []  # steps with tree requests and prefills of other requests in one batch
+    sizes = {"cut": 0}  # trees vLLM scheduled only a prefix of (the token budget): a request with fewer nodes
     find = tree_mode._tree_requests
 
     def spy(runner, scheduler_output, prop):
         trees = find(runner, scheduler_output, prop)
         spec = scheduler_output.scheduled_spec_decode_tokens
+        for req_id, drafts in spec.items():
+            tree = prop.tree_for(req_id)
+            if tree is not None:
+                sizes["cut"] += len(drafts) < len(tree) - 1
         prefills = [r for r, n in scheduler_output.num_scheduled_tokens.items() if n > 1 + len(spec.get(r, ()))]
         if trees and prefills:
             mixed.append((len(trees), len(prefills)))
@@ -93,6 +98,7 @@ def test_tree_mode_equals_vllm_greedy_and_the_chain_cold_and_warm_batch_1_and_8(
         assert s.off_chain_accepts > 0 and s.off_chain_tokens > 0, "no node off the first chain was ever accepted"
         assert s.kv_moves >= s.off_chain_tokens, "accepted off-chain nodes' K/V were not moved into place"
         assert mixed, "no step mixed prefills with tree decodes"
+        assert sizes["cut"] > 0, "vLLM never scheduled only a prefix of a tree"
         assert len(proposer._drafters) <= 8 and len(proposer._trees) <= 8, "request states are not freed"
         tokens = sum(map(len, refs["a8"])) * 2 + sum(map(len, refs["b1"])) * 2
         forwards = tokens - s.accepted
@@ -105,8 +111,8 @@ def test_tree_mode_equals_vllm_greedy_and_the_chain_cold_and_warm_batch_1_and_8(
 def test_requests_tree_mode_cannot_serve_draft_chains_with_a_reason(caplog) -> None:
     """Logprobs and penalties in a tree engine: the chain for those requests (one log line each),
     vLLM's own output for them, and trees for the greedy request beside them; a sampled request
-    (served in a batch of its own: with one in the batch, vLLM's chain speculation itself was seen
-    to change the greedy requests' outputs here, tree mode or not) runs as a chain."""
+    (served in a batch of its own: with one in the batch, vLLM's own speculation, ngram and suffix
+    included, was seen to change greedy requests' outputs here) runs as a chain."""
     from vllm import SamplingParams
 
     path = recap.vllm.model_path("tiny-llava-next")
