@@ -4,3 +4,7 @@
 from recap.vllm.bench import engine_env
 
 engine_env()  # before vLLM is imported: the engine runs in this process
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "cuda: needs a CUDA GPU (skipped elsewhere)")

@@ -233,12 +233,8 @@ class RecapDrafter:
         return DraftTree(tokens=tree.tokens, parents=tree.parents, depths=tree.depths, sources=tree.sources,
                          probs=tree.probs)  # fmt: skip
 
-    def best_chain(self, tree: DraftTree, max_tokens: int, min_prob: float = 0.0) -> DraftTree:
-        """The one path of ``tree`` (just returned by ``propose``) for an engine that verifies a
-        chain per step (vLLM): among root-to-node paths of at most ``max_tokens`` drafts whose
-        every node's path probability is at least ``min_prob``, the one with the most expected
-        accepted tokens (the sum of its nodes' ``probs``; the first in node order on a tie). A
-        chain is a ``DraftTree`` with one path, and ``observe`` learns from it as from a tree."""
+    def best_path(self, tree: DraftTree, max_tokens: int, min_prob: float = 0.0) -> np.ndarray:
+        """The node indices (root first) of the path ``best_chain`` returns."""
         n = len(tree)
         score = np.zeros(n, dtype=np.float64)
         ok = np.zeros(n, dtype=bool)
@@ -253,9 +249,17 @@ class RecapDrafter:
             score[i] = score[p] + probs[i]
             if score[i] > score[best]:
                 best = i
-        path = np.asarray(tree.path(best), dtype=np.int64)
+        return np.asarray(tree.path(best), dtype=np.int64)
+
+    def best_chain(self, tree: DraftTree, max_tokens: int, min_prob: float = 0.0) -> DraftTree:
+        """The one path of ``tree`` (just returned by ``propose``) for an engine that verifies a
+        chain per step (vLLM): among root-to-node paths of at most ``max_tokens`` drafts whose
+        every node's path probability is at least ``min_prob``, the one with the most expected
+        accepted tokens (the sum of its nodes' ``probs``; the first in node order on a tie). A
+        chain is a ``DraftTree`` with one path, and ``observe`` learns from it as from a tree."""
+        path = self.best_path(tree, max_tokens, min_prob)
         m = len(path)
-        if len(self._cells) == n:
+        if len(self._cells) == len(tree):
             self._cells = self._cells[path]
         return DraftTree(
             tokens=tree.tokens[path],
@@ -263,6 +267,30 @@ class RecapDrafter:
             depths=np.arange(m, dtype=np.int64),
             sources=tree.sources[path],
             probs=None if tree.probs is None else tree.probs[path],
+        )
+
+    def chain_first(self, tree: DraftTree, max_nodes: int, max_chain: int | None = None) -> DraftTree:
+        """``tree`` (just returned by ``propose``) for an engine that verifies it in fixed slots
+        (vLLM's tree mode): the nodes of ``best_chain(tree, max_chain)`` first, in depth order,
+        then the others in their order, cut to ``max_nodes`` drafts (root excluded). Parents
+        still precede children, so every prefix of the result is a tree; ``observe`` learns from
+        it (or from such a prefix of it) as from the tree."""
+        n = len(tree)
+        path = self.best_path(tree, int(tree.depths.max()) if max_chain is None else max_chain)[1:]
+        on_path = np.zeros(n, dtype=bool)
+        on_path[path] = True
+        order = np.asarray([0, *path, *np.nonzero(~on_path)[0][1:]], dtype=np.int64)[: max_nodes + 1]
+        where = np.full(n, -1, dtype=np.int64)
+        where[order] = np.arange(len(order))
+        parents = np.where(tree.parents[order] >= 0, where[np.maximum(tree.parents[order], 0)], -1)
+        if len(self._cells) == n:
+            self._cells = self._cells[order]
+        return DraftTree(
+            tokens=tree.tokens[order],
+            parents=parents,
+            depths=tree.depths[order],
+            sources=tree.sources[order],
+            probs=None if tree.probs is None else tree.probs[order],
         )
 
     # -- learning ----------------------------------------------------------------------

@@ -7,7 +7,9 @@ sampling in float32:
 - ``none``: no speculation (the reference output);
 - ``ngram``: vLLM's prompt lookup; ``suffix``: Arctic Inference's suffix decoding (needs the
   ``arctic-inference`` package; left out, with a note, where it does not import);
-- ``recap``: RECAP through ``recap.vllm.RecapProposer``.
+- ``recap``: RECAP through ``recap.vllm.RecapProposer`` (one chain of up to ``k`` per step);
+- ``recap-tree``: RECAP's tree mode (``recap.vllm.RecapTreeProposer``): RECAP's tree of up to
+  ``--tree`` nodes verified per step (``recap.vllm.tree_mode``).
 
 Each run is a new engine that, after one warm-up request (32 tokens, not one of the measured
 requests; it compiles the drafters' numba kernels), serves every request once, in order,
@@ -38,7 +40,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-METHODS = ("none", "ngram", "suffix", "recap")
+METHODS = ("none", "ngram", "suffix", "recap", "recap-tree")
+TREE_NODES = 32  # recap-tree's nodes per step (--tree)
 ENGINE_ENV = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # the engine in this process: ~2 s to start, statistics readable
     "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB
@@ -47,6 +50,7 @@ ENGINE_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
+TREE_STATS = ("tree_steps", "tree_nodes", "branched", "off_chain_accepts", "off_chain_tokens", "kv_moves")
 
 
 def engine_env() -> None:
@@ -55,7 +59,7 @@ def engine_env() -> None:
         os.environ.setdefault(key, value)
 
 
-def speculative(method: str, k: int, memory: str = "warm") -> dict[str, Any] | None:
+def speculative(method: str, k: int, memory: str = "warm", tree: int = TREE_NODES) -> dict[str, Any] | None:
     """vLLM's ``speculative_config`` of ``method`` drafting up to ``k`` tokens per step (``memory``
     "cold": nothing carried across requests; RECAP's side of it is an environment variable)."""
     if method == "none":
@@ -69,6 +73,10 @@ def speculative(method: str, k: int, memory: str = "warm") -> dict[str, Any] | N
         from . import speculative_config
 
         return speculative_config(k)
+    if method == "recap-tree":
+        from . import speculative_config
+
+        return speculative_config(k, tree=tree)
     raise ValueError(f"unknown method {method!r}: choose from {', '.join(METHODS)}")
 
 
@@ -87,6 +95,7 @@ def make_llm(
     k: int = 4,
     max_num_seqs: int = 8,
     memory: str = "warm",
+    tree: int = TREE_NODES,
     **kwargs: Any,
 ) -> Any:
     """A vLLM engine on ``path`` (float32, greedy-ready) with ``method``'s speculation."""
@@ -100,7 +109,7 @@ def make_llm(
     scope = os.environ.get("RECAP_VLLM_MEMORY_SCOPE")
     os.environ["RECAP_VLLM_MEMORY_SCOPE"] = "request" if memory == "cold" else "shared"
     try:  # read when the engine creates the proposer, in this process
-        return LLM(model=str(path), speculative_config=speculative(method, k, memory), **settings)
+        return LLM(model=str(path), speculative_config=speculative(method, k, memory, tree), **settings)
     finally:
         if scope is None:
             os.environ.pop("RECAP_VLLM_MEMORY_SCOPE")
@@ -193,10 +202,12 @@ def run(
     seed: int = 0,
     families: str = "all",
     log=print,
+    tree: int = TREE_NODES,
 ) -> dict[str, Any]:
     """The whole comparison on one model (see the module docstring)."""
     from ..bench.workloads import suite_requests
     from .models import model_path
+    from .proposer import live_proposers
 
     path = model_path(model)
     requests = suite_requests(families, samples, seed)
@@ -205,7 +216,7 @@ def run(
     lengths = [max_tokens] * len(prompts)
     result: dict[str, Any] = {
         "model": model, "requests": [r.id for r in requests], "max_tokens": max_tokens, "k": k,
-        "batches": list(batches), "runs": [], "left_out": {},
+        "batches": list(batches), "tree": tree, "runs": [], "left_out": {},
     }  # fmt: skip
     reference: dict[int, list[list[int]]] = {}
     for method in methods:
@@ -214,11 +225,18 @@ def run(
             log(f"suffix left out: {why}")
             continue
         for batch in batches:
-            for memory in ("cold", "warm") if method in ("suffix", "recap") else ("-",):
-                llm = make_llm(path, method, k, max_num_seqs=batch, memory=memory)
+            for memory in ("cold", "warm") if method in ("suffix", "recap", "recap-tree") else ("-",):
+                before = set(map(id, live_proposers()))
+                llm = make_llm(path, method, k, max_num_seqs=batch, memory=memory, tree=tree)
                 try:
                     generate(llm, warmup, [32], 1)
+                    proposer = next((p for p in live_proposers() if id(p) not in before), None)
+                    stats = dict(proposer.stats.as_dict()) if proposer is not None else None
                     run_ = measure(llm, prompts, lengths, batch)
+                    if proposer is not None and method == "recap-tree":
+                        now = proposer.stats.as_dict()
+                        run_["tree_stats"] = {key: now[key] - stats[key] for key in TREE_STATS}
+                        run_["tree_fallback"] = proposer.tree_reason
                 finally:
                     del llm
                     _free_engine()
@@ -245,7 +263,7 @@ def _free_engine() -> None:
 
 def summary_line(run_: dict[str, Any]) -> str:
     return (
-        f"{run_['method']:>6} batch {run_['batch']} {run_['memory']}: "
+        f"{run_['method']:>10} batch {run_['batch']} {run_['memory']}: "
         f"accepted/step {run_['mean_acceptance_length']:.2f}  acceptance {run_['acceptance_rate']:.3f}  "
         f"tokens/forward {run_['tokens_per_forward']:.2f}  {run_['tokens_per_second']:.1f} tok/s  "
         f"match {run_['match']:.3f}"
@@ -258,7 +276,7 @@ def markdown(results: Sequence[dict[str, Any]]) -> str:
     for result in results:
         lines += [
             f"**{result['model']}** ({len(result['requests'])} requests, {result['max_tokens']} new tokens each, "
-            f"k={result['k']})",
+            f"k={result['k']}, recap-tree: {result.get('tree', TREE_NODES)} nodes)",
             "",
             "| method | batch | memory | accepted / step | acceptance rate | tokens / forward "
             "| tokens/s | tokens/CPU-s | match |",
@@ -285,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--families", default="all")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--batch", default="1,8", help="comma-separated batch sizes")
-    parser.add_argument("-k", type=int, default=4, help="tokens drafted per step, every method")
+    parser.add_argument("-k", type=int, default=4, help="tokens drafted per step, every chain method")
+    parser.add_argument("--tree", type=int, default=TREE_NODES, help="recap-tree: draft nodes verified per step")
     parser.add_argument("--out", type=Path, help="folder for results.json and results.md")
     args = parser.parse_args(argv)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -300,7 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     tap.prepare()
     results = []
     for model in args.model or ["tiny-qwen2.5-vl", "tiny-llava-next"]:
-        results.append(run(model, methods, args.samples, args.max_tokens, batches, args.k, families=args.families))
+        results.append(
+            run(model, methods, args.samples, args.max_tokens, batches, args.k, families=args.families, tree=args.tree)
+        )
     text = markdown(results)
     print(text)
     if args.out:

@@ -23,6 +23,12 @@ speculative config takes no extra fields):
 the nodes of the tree the chain is chosen from; ``RECAP_VLLM_MEMORY_SCOPE``: ``shared`` (the
 default: one token memory for every request, what a server wants) or ``request`` (each request
 starts from an empty memory of its own: RECAP with cold memory, for comparisons).
+
+Tree mode (``RecapTreeProposer``, ``speculative_config(tree=N)``): each step proposes RECAP's
+tree of up to ``N`` nodes (``num_speculative_tokens = N``), best chain first, and the
+patches of ``recap.vllm.tree_mode`` verify it as a tree; the drafter then learns from every
+verified node. ``RECAP_VLLM_TREE_DEPTH`` (default 10) bounds the tree's depth,
+``RECAP_VLLM_CHAIN_K`` (default 4) the chain of requests (or engines) that fall back to it.
 """
 
 from __future__ import annotations
@@ -52,6 +58,8 @@ logger = logging.getLogger("recap.vllm")
 TOPK = 8  # candidates kept per verified row (the memory's k)
 DEFAULT_MIN_PROB = 0.1
 DEFAULT_NODES = 32
+DEFAULT_TREE_DEPTH = 10
+DEFAULT_CHAIN_K = 4
 _live: weakref.WeakSet[RecapProposer] = weakref.WeakSet()
 _live_lock = threading.Lock()
 
@@ -76,6 +84,15 @@ class ProposerStats:
     verified_drafts: int = 0  # drafts vLLM verified (the tap's rows minus the roots)
     inconsistent: int = 0  # rows not learned from: not the layout read, or not the committed tokens (expect 0)
     chain_lengths: dict[int, int] = field(default_factory=dict)
+    # tree mode
+    tree_steps: int = 0  # request-steps verified as a tree
+    tree_nodes: int = 0  # draft nodes verified in those
+    branched: int = 0  # of those request-steps, trees with a branch (a node off the first chain)
+    off_chain_accepts: int = 0  # request-steps whose accepted path left the first chain
+    off_chain_tokens: int = 0  # accepted tokens from nodes off the first chain
+    kv_moves: int = 0  # K/V rows moved into place (every layer counts once)
+    recomputed_rows: int = 0  # off-chain attention rows recomputed, summed over layers
+    chain_requests: int = 0  # requests drafted as a chain in a tree engine (a fallback reason)
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "chain_lengths": dict(sorted(self.chain_lengths.items()))}
@@ -104,19 +121,36 @@ class RecapProposer:
     """vLLM custom proposer: ``RecapProposer(vllm_config)``; vLLM calls ``load_model`` once and
     ``propose`` every step; the logits tap calls ``recap_tap`` just before sampling."""
 
+    tree_mode = False  # RecapTreeProposer: trees of num_speculative_tokens nodes
+
     def __init__(self, vllm_config: Any, memory: TokenMemory | None = None) -> None:
         tap.install()  # refuses an unsupported vLLM before anything else
         spec = vllm_config.speculative_config
         model_config = vllm_config.model_config
         self.k = int(spec.num_speculative_tokens)
+        self.tree_nodes = 0  # > 0: this engine verifies trees of up to this many nodes
+        self.tree_reason: str | None = None  # why it does not (then it drafts chains)
+        depth = self.k
+        if self.tree_mode:
+            from . import tree_mode
+
+            self.tree_nodes = self.k
+            self.k = min(self.k, int(_env_float("RECAP_VLLM_CHAIN_K", DEFAULT_CHAIN_K)))
+            depth = min(self.tree_nodes, int(_env_float("RECAP_VLLM_TREE_DEPTH", DEFAULT_TREE_DEPTH)))
+            self.tree_reason = tree_mode.engine_fallback_reason(vllm_config)
+            if self.tree_reason is None:
+                tree_mode.install()
+            else:
+                logger.warning("recap.vllm tree mode: this engine drafts chains instead: %s", self.tree_reason)
         self.max_model_len = int(model_config.max_model_len)
         self.vocab_size = int(model_config.get_vocab_size())
         self.placeholder_ids = placeholder_ids(model_config.hf_config)
         self.min_prob = _env_float("RECAP_VLLM_MIN_PROB", DEFAULT_MIN_PROB)
-        nodes = int(_env_float("RECAP_VLLM_NODES", DEFAULT_NODES))
+        nodes = self.tree_nodes or int(_env_float("RECAP_VLLM_NODES", DEFAULT_NODES))
         self.config = RecapConfig(
-            k=TOPK, node_budget=max(nodes, self.k), max_depth=self.k, adaptive_budget=False, seed_from_prefill=False
-        )
+            k=TOPK, node_budget=max(nodes, self.k), max_depth=max(depth, self.k), adaptive_budget=False,
+            seed_from_prefill=False,
+        )  # fmt: skip
         if memory is None:
             path = os.environ.get("RECAP_VLLM_MEMORY")
             memory = TokenMemory.load(path) if path else TokenMemory(self.vocab_size, k=TOPK, method="recap")
@@ -136,12 +170,50 @@ class RecapProposer:
         self._rows: dict[str, _Rows] = {}  # this step's tapped rows, by request id
         self._req_ids: list[str] = []  # this step's batch order
         self._live: Any = ()  # the runner's live requests (finished ones are dropped)
+        self._trees: dict[str, DraftTree] = {}  # tree mode: the tree last proposed, by request id
+        self._verified: dict[str, tuple[DraftTree, list[int]]] = {}  # this step's verified trees and paths
+        self._chain_only: dict[str, str | None] = {}  # per request: why it is drafted as a chain (None: a tree)
         with _live_lock:
             _live.add(self)
         logger.info(
-            "RECAP proposer: up to %d tokens per step, min_prob %.2f, %d-node trees, %s memory %s",
+            "RECAP proposer: up to %d tokens per step, min_prob %.2f, %d-node trees, %s memory %s%s",
             self.k, self.min_prob, self.config.node_budget, self.memory_scope, memory,
+            "" if not self.trees_on else f"; tree mode: {self.tree_nodes} nodes verified per step, depth <= "
+            f"{self.config.max_depth}",
         )  # fmt: skip
+
+    @property
+    def trees_on(self) -> bool:
+        """Whether this engine verifies trees now."""
+        return bool(self.tree_nodes) and self.tree_reason is None
+
+    def disable_trees(self, reason: str) -> None:
+        """Draft chains from now on (a step found something tree mode cannot serve)."""
+        if self.tree_reason is None:
+            self.tree_reason = reason
+            self._trees.clear()
+            logger.warning("recap.vllm tree mode: this engine drafts chains from now on: %s", reason)
+
+    # -- tree mode: the runner patches' side of the proposer --------------------------
+    def tree_for(self, req_id: str) -> DraftTree | None:
+        """The tree last proposed for ``req_id`` (its nodes in the order of the drafts)."""
+        return self._trees.get(req_id) if self.trees_on else None
+
+    def verified(self, req_id: str, tree: DraftTree, path: list[int], argmax: np.ndarray) -> None:
+        """The tree verified for ``req_id`` this step and its accepted path (root first)."""
+        self._verified[req_id] = (tree, path)
+        stats = self.stats
+        stats.tree_steps += 1
+        stats.tree_nodes += len(tree) - 1
+        chain = tree.parents == np.arange(-1, len(tree) - 1)
+        stats.branched += int(not chain.all())
+        off = [node for node in path[1:] if not chain[: node + 1].all()]
+        stats.off_chain_accepts += int(bool(off))
+        stats.off_chain_tokens += len(off)
+
+    def tree_stats(self, step: Any, moves: list[tuple[int, int]]) -> None:
+        self.stats.kv_moves += len(moves)
+        self.stats.recomputed_rows += step.computed_rows
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """Nothing to load: RECAP drafts from the target's own predictions."""
@@ -201,14 +273,71 @@ class RecapProposer:
             drafter = self._drafters.get(req_id)
             if drafter is None:
                 drafter = self._begin(req_id, history[: length - len(sampled)])
-            if rows is not None:
+            verified = self._verified.pop(req_id, None)
+            if rows is not None and verified is not None:
+                self._learn_tree(drafter, rows, verified, sampled, history[: length - len(sampled)])
+            elif rows is not None:
                 self._learn(drafter, rows, sampled, history[: length - len(sampled)])
             room = self.max_model_len - length - 1
-            out.append(self._draft(drafter, history, min(self.k, room)) if room > 0 else [])
+            self._trees.pop(req_id, None)
+            if room <= 0:
+                out.append([])
+            elif self.trees_on and self._tree_request(req_id):
+                out.append(self._draft_tree(req_id, drafter, history, min(self.tree_nodes, room)))
+            else:
+                out.append(self._draft(drafter, history, min(self.k, room)))
         self._rows.clear()
+        self._verified.clear()
         for req_id in [r for r in self._drafters if r not in self._live]:
             self._drafters.pop(req_id).end()  # finished or aborted
+            self._chain_only.pop(req_id, None)
+            self._trees.pop(req_id, None)
         return out
+
+    def _tree_request(self, req_id: str) -> bool:
+        """Whether ``req_id`` is drafted as a tree (else: one log line saying why not, once)."""
+        if req_id not in self._chain_only:
+            from .tree_mode import request_fallback_reason
+
+            state = self._live.get(req_id) if hasattr(self._live, "get") else None
+            why = request_fallback_reason(getattr(state, "sampling_params", None))
+            self._chain_only[req_id] = why
+            if why is not None:
+                self.stats.chain_requests += 1
+                logger.warning("recap.vllm tree mode: request %s is drafted as a chain: %s", req_id, why)
+        return self._chain_only[req_id] is None
+
+    def _draft_tree(self, req_id: str, drafter: RecapDrafter, history: np.ndarray, max_nodes: int) -> list[int]:
+        tree = drafter.chain_first(drafter.propose(history), max_nodes)
+        if len(tree) > 1:
+            self._trees[req_id] = tree
+        drafts = tree.tokens[1:].tolist()
+        self.stats.drafts += len(drafts)
+        return drafts
+
+    def _learn_tree(
+        self, drafter: RecapDrafter, rows: _Rows, verified: tuple[DraftTree, list[int]], sampled, before
+    ) -> None:
+        """RECAP's update from a verified tree: every node's row, the accepted ``path``."""
+        tree, path = verified
+        m = len(rows.tokens)
+        if (
+            m != len(tree)
+            or rows.tokens[0] != before[-1]
+            or list(tree.tokens[path[1:]]) != list(sampled[:-1])
+            or list(rows.tokens[1:]) != list(tree.tokens[1:])
+        ):
+            self.stats.inconsistent += 1
+            logger.warning("recap.vllm: a step's verified tree does not match its committed tokens; not learned from")
+            return
+        tree = DraftTree(tokens=rows.tokens, parents=tree.parents, depths=tree.depths, sources=tree.sources)
+        acceptance = Acceptance(path=list(path), bonus=int(sampled[-1]))
+        drafter.observe(tree, TopK(rows.ids, rows.probs), acceptance, [int(t) for t in sampled])
+        accepted = len(path) - 1
+        self.stats.rows += m
+        self.stats.rejected_rows += m - 1 - accepted
+        self.stats.verified_drafts += m - 1
+        self.stats.accepted += accepted
 
     def _begin(self, req_id: str, prompt: np.ndarray) -> RecapDrafter:
         memory = self.memory if self.memory_scope == "shared" else TokenMemory(self.vocab_size, k=TOPK)
@@ -222,8 +351,12 @@ class RecapProposer:
         """RECAP's update from the verified chain: ``sampled`` = accepted drafts + the bonus;
         ``before`` the request's tokens before them (the chain's root last)."""
         m = len(rows.tokens)
+        negative = np.nonzero(rows.tokens < 0)[0]  # vLLM's -1 placeholder drafts: nothing to learn there
+        if len(negative):
+            m = int(negative[0])
+            rows = _Rows(rows.tokens[:m], rows.ids[:m], rows.probs[:m])
         accepted = len(sampled) - 1
-        if (
+        if m == 0 or (
             rows.tokens[0] != before[-1]
             or accepted >= m
             or list(rows.tokens[1 : 1 + accepted]) != list(sampled[:accepted])
@@ -251,3 +384,10 @@ class RecapProposer:
         self.stats.drafts += len(drafts)
         self.stats.chain_lengths[len(drafts)] = self.stats.chain_lengths.get(len(drafts), 0) + 1
         return drafts
+
+
+class RecapTreeProposer(RecapProposer):
+    """RECAP in vLLM's tree mode: ``num_speculative_tokens`` is the tree's node count; see
+    ``recap.vllm.tree_mode`` for the patches that verify it."""
+
+    tree_mode = True
