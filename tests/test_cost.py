@@ -114,16 +114,16 @@ def test_start_up_probes_stop_where_no_tree_can_pay() -> None:
     """On a curve where every tree costs far more than the tokens it could commit (a big model on
     two cores), the probes climb from the plain step and stop at the first size dearer than
     ``max_gain`` plain steps, measured twice: the largest trees are never tried."""
-    cost = StepCost(64, max_gain=4.0)
+    cost = StepCost(256, max_gain=4.0)
     curve = {1: 0.111, 2: 0.211, 3: 0.2, 4: 0.187, 6: 0.185, 8: 0.180, 12: 0.2, 16: 0.225, 24: 0.33, 32: 0.5,
-             48: 0.6, 64: 0.73}  # fmt: skip
+             48: 0.6, 64: 0.73, 96: 0.9, 128: 1.1, 192: 1.5, 256: 1.9}  # fmt: skip
     tried = []
     for _ in range(200):
         size = cost.plan() or 1
         tried.append(size)
         cost.record(size, curve[size])
-    assert tried[:11] == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 32]  # 32 > 4 x 0.111: probed twice, then no more
-    assert max(tried) == 32 and tried.count(32) <= 2 + 200 // 64  # and now and then in a sweep
+    assert tried[:5] == [1, 4, 16, 64, 64]  # each probe 4x the last; 64 > 4 x 0.111: probed twice, then no more
+    assert max(tried) == 64 and tried.count(64) <= 2 + 200 // 64  # and now and then in a sweep
 
 
 def test_choose_stays_within_the_tree_built() -> None:

@@ -15,13 +15,13 @@ filled with more drafts up to a bigger size that verifies faster: on two cores a
 can cost more than an 8-row one), interpolated between measured sizes, and extrapolated along
 the slope of the last two beyond the largest size measured.
 
-Exploration has a bounded price. The first calls probe the ladder upwards from the plain step and
-stop at the first size that costs more than ``max_gain`` plain steps: no tree is expected to commit
-that many tokens, so nothing larger can pay (on a GPU, where a big tree costs about what a plain
-step does, the probes climb the whole ladder). After that every ``explore_every``-th call runs a
-neighbour of the last size picked (alternately smaller and larger) and every ``sweep_every``-th call
-the next size of a sweep over the sizes worth trying, so that costs stay current while the choice
-follows the drafter's confidence step by step.
+Exploration has a bounded price. The first calls probe the ladder upwards from the plain step, each
+size 4 times the last, and stop at the first size that costs more than ``max_gain`` plain steps: no
+tree is expected to commit that many tokens, so nothing larger can pay (on a GPU, where a big tree
+costs about what a plain step does, the probes climb the whole ladder). After that every
+``explore_every``-th call runs a neighbour of the last size picked (alternately smaller and larger)
+and every ``sweep_every``-th call the next size of a sweep over the sizes worth trying, so that
+costs stay current while the choice follows the drafter's confidence step by step.
 """
 
 from __future__ import annotations
@@ -71,6 +71,15 @@ class StepCost:
         self._last_pick = max_nodes
         self._lock = threading.Lock()
         self._probing: int | None = 0  # the next start-up probe's ladder index (None once they are done)
+        self._last_probe: int | None = None
+
+    def _next_probe(self, index: int) -> int | None:
+        """The probe after ladder size ``index``: the first size at least 4 times as big (the
+        largest if none is), so the start-up costs a few steps; None after the largest."""
+        if index == len(self.sizes) - 1:
+            return None
+        bigger = [i for i in range(index + 1, len(self.sizes)) if self.sizes[i] >= 4 * self.sizes[index]]
+        return bigger[0] if bigger else len(self.sizes) - 1
 
     def worth_trying(self, min_samples: int = 2) -> int:
         """Index of the largest ladder size worth verifying: the sizes up to the first one whose
@@ -134,8 +143,8 @@ class StepCost:
     def plan(self) -> int | None:
         """The size the next step must verify, or None when the drafter should pick the best
         one (``dense`` costs, ``best_size``). Forced sizes: the first calls probe the ladder
-        upwards from the plain step, a size each, up to the first that costs more than
-        ``max_gain`` plain steps; then every ``sweep_every``-th call takes the next size of a
+        upwards from the plain step, each size 4 times the last (1, 4, 16, 64, ...), up to the
+        first that costs more than ``max_gain`` plain steps; then every ``sweep_every``-th call takes the next size of a
         sweep over the sizes worth trying and every ``explore_every``-th call a neighbour of the
         last size picked."""
         with self._lock:
@@ -144,11 +153,13 @@ class StepCost:
             last = self._last_pick
             probing = self._probing
         if probing is not None:  # the start-up probes, upwards, while the sizes are worth trying
-            if probing > 1 and self.worth_trying(min_samples=1) == probing - 1 < self.worth_trying():
-                return self.sizes[probing - 1]  # the last probe looked too dear once: measure it again
+            previous = self._last_probe
+            if previous and self.worth_trying(min_samples=1) == previous < self.worth_trying():
+                return self.sizes[previous]  # the last probe looked too dear once: measure it again
             more = probing <= self.worth_trying()
             with self._lock:
-                self._probing = probing + 1 if more and probing + 1 < len(self.sizes) else None
+                self._probing = self._next_probe(probing) if more else None
+                self._last_probe = probing
             if more:
                 return self.sizes[probing]
         if self.sweep_every and call % self.sweep_every == 0:
