@@ -91,6 +91,25 @@ def windows(records: Sequence[dict[str, Any]], size: int) -> list[dict[str, Any]
     return out
 
 
+def around_evictions(records: Sequence[dict[str, Any]], span: int = 10) -> dict[str, float]:
+    """Tokens per forward of the ``span`` requests after each request that evicted, over the ``span``
+    before it (mean and lowest ratio): a table that starts afresh shows as a ratio well below 1."""
+    ratios = []
+    for i in range(span, len(records) - span):
+        if records[i]["evictions"] == records[i - 1]["evictions"]:
+            continue
+        before, after = records[i - span : i], records[i + 1 : i + 1 + span]
+        rate = [sum(r["new_tokens"] for r in part) / sum(r["forwards"] for r in part) for part in (before, after)]
+        ratios.append(rate[1] / rate[0])
+    if not ratios:
+        return {"events": 0, "mean_after_vs_before": 1.0, "lowest_after_vs_before": 1.0}
+    return {
+        "events": len(ratios),
+        "mean_after_vs_before": sum(ratios) / len(ratios),
+        "lowest_after_vs_before": min(ratios),
+    }
+
+
 def soak(
     model: torch.nn.Module,
     processor: Any,
@@ -171,6 +190,7 @@ def soak(
         "rows_evicted": sum(t.evicted for t in memory.context.values()),
         "rss_mib_after_warmup": warm,
         "rss_mib_last": full[-1]["rss_mib"],
+        "around_evictions": around_evictions(records),
         "checked_against_generate": checked,
         "mismatches": mismatches,
     }
@@ -179,6 +199,7 @@ def soak(
 
 def markdown(report: dict[str, Any]) -> str:
     s = report["summary"]
+    around = s["around_evictions"]
     lines = [
         f"# Soak: policy {s['policy']}, {s['requests']} requests, budget {s['budget_rows']} kept rows, "
         f"max_new_tokens {s['max_new_tokens']}",
@@ -188,6 +209,9 @@ def markdown(report: dict[str, Any]) -> str:
         f"{s['window'] // 4}-request window after the first {s['worst_quarter_window_tokens_per_forward']:.3f}",
         f"- kept rows: at most {s['most_rows_in_a_table']} in a table (budget {s['table_budget_rows']}); "
         f"{s['evictions']} evictions, {s['rows_evicted']} rows evicted",
+        f"- the 10 requests after a request that evicted, over the 10 before: tokens per forward x "
+        f"{around['mean_after_vs_before']:.3f} on average, x {around['lowest_after_vs_before']:.3f} "
+        f"at worst ({around['events']} such requests)",
         f"- resident memory: {s['rss_mib_after_warmup']:.0f} MiB after warm-up, {s['rss_mib_last']:.0f} MiB at the end",
         f"- outputs equal to model.generate: {s['checked_against_generate'] - len(s['mismatches'])}/"
         f"{s['checked_against_generate']} checked",
