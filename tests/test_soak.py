@@ -3,8 +3,12 @@ soak of ``recap.bench.soak``), the budget's checks, and a memory file that keeps
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
+import safetensors
+import safetensors.numpy
 
 import recap
 from recap import RecapConfig, TokenMemory
@@ -57,6 +61,12 @@ def test_a_memory_file_keeps_the_budget_and_the_rows_recency(tmp_path) -> None:
     assert len(small.context[3]) == 256
     assert all(small.context[3].get(key) is not None for key in keys[-256:])
     assert all(small.context[3].get(key) is None for key in keys[:-256])
+    # a bad budget in a file is a bad file
+    tensors = safetensors.numpy.load_file(str(path))
+    raw = json.loads(safetensors.safe_open(str(path), "np").metadata()["recap"])
+    safetensors.numpy.save_file(tensors, str(path), metadata={"recap": json.dumps({**raw, "max_context_rows": 3})})
+    with pytest.raises(recap.MemoryFileError, match="'max_context_rows' must be an integer >= 512, got 3"):
+        TokenMemory.load(path)
     # and they keep aging in that order: the next eviction takes the oldest of them first
     small.context[3].write_many([(9, 9, 9)], [rows[0]], stamp=2, used=small.clock + 1)
     assert small.context[3].get(keys[-256]) is None and small.context[3].get(keys[-1]) is not None
