@@ -40,6 +40,29 @@ def test_models_without_a_tree_capability_are_refused(model_type, class_name, ov
         recap.generate(model, PROMPT, max_new_tokens=4)
 
 
+@pytest.mark.parametrize(
+    ("model_type", "class_name"),
+    [
+        ("deepseek_v2", "DeepseekV2ForCausalLM"),
+        ("deepseek_v3", "DeepseekV3ForCausalLM"),
+        ("minicpm3", "MiniCPM3ForCausalLM"),
+    ],
+)
+def test_latent_attention_with_fewer_key_value_heads_is_refused_clearly(model_type, class_name) -> None:
+    """Built with num_key_value_heads != num_attention_heads, these crashed inside SDPA with a shape
+    error; now they are refused naming the fix, and built as the checkpoints are they decode."""
+    model = _model(model_type, class_name, num_key_value_heads=2)  # num_attention_heads=4
+    fix = r"Set config.num_key_value_heads = config.num_attention_heads \(= 4\)"
+    with pytest.raises(UnsupportedModelError, match=rf"{class_name} .*latent attention.*num_key_value_heads=2.*{fix}"):
+        recap.generate(model, PROMPT, max_new_tokens=4)
+    with pytest.raises(UnsupportedModelError, match="latent attention"):
+        check_config(model.config)
+    model = _model(model_type, class_name)  # num_key_value_heads = num_attention_heads, as tests/families.py builds
+    with torch.inference_mode():
+        expected = model.generate(**PROMPT, do_sample=False, max_new_tokens=8)[0, 4:].tolist()
+    assert recap.generate(model, PROMPT, max_new_tokens=8).token_ids == expected
+
+
 def test_a_config_is_checked_before_weights_are_loaded() -> None:
     with pytest.raises(UnsupportedModelError, match="recurrent state"):
         check_config(tiny_text_config("qwen3_next"))

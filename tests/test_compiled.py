@@ -10,7 +10,7 @@ from recap.core.calibration import N_CELLS, Calibration, cell_index
 from recap.core.memory import ContextTable
 from recap.core.step_cost import best_size
 from recap.kernels import drafting, tables
-from recap.reference.context_memory import ContextMemory
+from recap.reference.context_memory import ContextMemory, evict_least_used
 from recap.reference.fusion import fuse_rows, lookup_rows
 from recap.reference.tree_builder import Scoring, build_tree, layout
 
@@ -46,6 +46,59 @@ def test_context_table_reads_and_writes_like_the_dict_memory() -> None:
                     assert got[0] == want[0] and got[1] == pytest.approx(want[1]) and got[2] == pytest.approx(want[2])
         table.clear()
         assert len(table) == 0 and table.get(keys[0]) is None
+
+
+def test_eviction_equals_the_reference_and_keeps_the_table_readable() -> None:
+    rng = np.random.default_rng(11)
+    for trial in range(80):
+        order = int(rng.integers(2, 4))
+        table = ContextTable(order, K, capacity=16)
+        n = int(rng.integers(1, 120))
+        keys = list({tuple(int(t) for t in rng.integers(0, 40, size=order)) for _ in range(n)})
+        topk = random_topk(rng, len(keys), 50)
+        stamps = rng.integers(0, 6, size=len(keys))  # stamps 0..5, some of them "under way"
+        used = rng.integers(0, 12, size=len(keys))  # few distinct use times: many ties
+        for j, key in enumerate(keys):
+            table.write_many([key], [rows_of(topk)[j]], stamp=int(stamps[j]), used=int(used[j]))
+        protected = {int(s) for s in rng.choice(6, size=int(rng.integers(0, 4)), replace=False)}
+        keep = int(rng.integers(0, len(keys) + 2))
+        packed = {table.pack(key): key for key in keys}
+        reference = {table.pack(key): (int(stamps[j]), int(used[j])) for j, key in enumerate(keys)}
+        gone = evict_least_used(reference, protected, keep)
+        table.protected = protected
+        table.evict(keep)
+        assert len(table) == len(keys) - len(gone) == min(len(keys), keep), trial
+        for j, key in enumerate(keys):
+            got = table.get(key)
+            if table.pack(key) in gone:
+                assert got is None, trial
+            else:
+                assert got is not None and got[0] == topk.ids[j].tolist(), trial
+                slot = tables.find(table.keys, table.pack(key))
+                assert (table.stamps[slot], table.used[slot]) == (stamps[j], used[j])
+        assert set(packed) - gone == set(table.keys[table.keys != tables.EMPTY].tolist())
+
+
+def test_a_bounded_table_ages_instead_of_starting_afresh() -> None:
+    """Writes past the budget evict the least recently used rows only; the rows of the request under
+    way stay, and rows drafting reads stay fresh."""
+    rng = np.random.default_rng(12)
+    protected = {99}
+    table = ContextTable(2, K, max_keys=256, protected=protected)
+    hot = [(1, t) for t in range(20)]  # read every step: must survive
+    table.write_many(hot, rows_of(random_topk(rng, len(hot), 50)), stamp=1, used=0)
+    own = [(2, t) for t in range(30)]  # the request under way: must survive
+    table.write_many(own, rows_of(random_topk(rng, len(own), 50)), stamp=99, used=0)
+    for now in range(1, 200):
+        for key in hot:  # what fuse_context does on a read
+            table.used[tables.find(table.keys, table.pack(key))] = now
+        batch = [(1000 + now, t) for t in range(25)]
+        table.write_many(batch, rows_of(random_topk(rng, len(batch), 50)), stamp=now, used=now)
+        assert len(table) <= 256
+        assert all(table.get(key) is not None for key in hot + own)
+        assert all(table.get(key) is not None for key in batch)
+    assert table.evictions > 10 and table.evicted > 150 * 25
+    assert len(table) >= 0.75 * 256 - 25  # never emptied
 
 
 def test_packed_keys_are_distinct_up_to_the_largest_token() -> None:
@@ -174,7 +227,7 @@ def test_fusion_equals_the_reference() -> None:
             a, b = (context[0], context[1]) if rng.random() < 0.8 else (-1, context[1] if rng.random() < 0.5 else -1)
             short = context[3 - (1 + (b >= 0) + (a >= 0)) :]
             n = drafting.fuse_context(
-                a, b, context[2], memories.token.arrays, memories.compiled_tables, args["use"], args["stamp"],
+                a, b, context[2], memories.token.arrays, memories.compiled_tables, args["use"], args["stamp"], 7,
                 drafting.FUSION_CODES[args["fusion"]], args["specificity"], args["fallback_tokens"], args["fallback_q"],
                 *out,
             )  # fmt: skip

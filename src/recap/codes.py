@@ -48,3 +48,4 @@ MAX_WEIGHT = 4096.0  # a cell's counts are halved past this, so old evidence fad
 TOKEN_BITS = 21  # bits per token in a packed 2-/3-token key (token ids below 2**21)
 MAX_TOKEN = (1 << TOKEN_BITS) - 1
 EMPTY = -1  # a free slot of a context table
+MIN_CONTEXT_ROWS = 512  # the smallest budget of kept 2-/3-token rows (TokenMemory.max_context_rows)

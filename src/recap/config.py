@@ -30,7 +30,8 @@ class RecapConfig:
     ``frequency_fallback`` whether a node whose context has no row in any memory gets the
     request's ``k`` most frequent tokens as candidates (q = their share of the request's
     tokens) instead of no children. ``persistent_context`` (ours): the 2-/3-token rows are
-    also kept across requests, on the token memory object (bounded), and used where the
+    also kept across requests, on the token memory object (bounded by its ``max_context_rows``:
+    the least recently used rows are evicted), and used where the
     request has no row of its own for a key (the request's own rows, conditioned on its
     image, always come first).
 

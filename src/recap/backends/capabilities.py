@@ -11,7 +11,9 @@ and cropping the cache. So the model must
   M-RoPE models (Qwen2-VL and kin) qualify: ``generate``'s own position rule is used;
 - keep per-token keys and values that can be cropped and re-indexed: no recurrent state
   (Mamba, linear attention, conv layers), no sparse-attention indexer;
-- have no ALiBi bias computed from cache slots and no cross-attention layers.
+- have no ALiBi bias computed from cache slots and no cross-attention layers;
+- multi-head latent attention (DeepSeek-V2/V3, MiniCPM3, ...): ``num_key_value_heads`` equal
+  to ``num_attention_heads`` (its keys and values have every head; the checkpoints are built so).
 
 Sliding-window and chunked layers are supported: recap keeps all their entries and applies
 the window in its own mask, so requests may run past the window.
@@ -191,7 +193,34 @@ def check_config(config, model: torch.nn.Module | None = None) -> TreeSupport:
     """The checks a config alone answers (run before loading weights, and again on the model)."""
     owner = model if model is not None else config
     _check_decoder_only(config, owner)
+    _check_latent_attention(config, owner)
     return TreeSupport(kinds=_attention_kinds(owner))
+
+
+def _field(config, name: str):
+    try:
+        return getattr(config, name, None)
+    except Exception:  # e.g. a per-layer (heterogeneous) config with no single value
+        return None
+
+
+def _check_latent_attention(config, owner) -> None:
+    """Multi-head latent attention builds keys and values for every query head, but attention
+    repeats them ``num_attention_heads // num_key_value_heads`` times: a config where the two
+    differ fails in attention under a 4-D mask (a shape error in SDPA; generate too, given a mask)."""
+    text = _text_config(config)
+    if not _field(text, "kv_lora_rank"):
+        return
+    heads, kv_heads = _field(text, "num_attention_heads"), _field(text, "num_key_value_heads")
+    if isinstance(heads, int) and isinstance(kv_heads, int) and heads != kv_heads:
+        raise _refuse(
+            owner,
+            f"it uses multi-head latent attention (kv_lora_rank={text.kv_lora_rank}) with num_key_value_heads="
+            f"{kv_heads} but num_attention_heads={heads}: its keys and values have all {heads} heads, so "
+            "attention under a mask fails on their shapes",
+            f"Set config.num_key_value_heads = config.num_attention_heads (= {heads}) before building the model, "
+            "as the published checkpoints have it (the weights do not change).",
+        )
 
 
 def _check_decoder_only(config, owner) -> None:

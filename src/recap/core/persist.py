@@ -10,7 +10,9 @@ the drafter's calibration counts ``calibration_trials`` / ``calibration_accepted
 calibration and the 2-/3-token rows, still load);
 the safetensors metadata key ``recap`` holds a JSON header with ``format``,
 ``format_version``, ``method``, ``k``, ``vocab_size``, ``fingerprint``, ``rows_filled``,
-``created`` (ISO 8601, UTC) and ``recap_version``. Nothing is ever unpickled.
+``created`` (ISO 8601, UTC) and ``recap_version``, and (optional, written by memories with a
+budget) ``max_context_rows``, the memory's budget of kept 2-/3-token rows. The kept rows are
+stored least recently used first, so their order is their recency. Nothing is ever unpickled.
 
 This module knows the file; ``TokenMemory.save`` / ``TokenMemory.load`` (``recap.core.memory``)
 turn a memory into its tensors and back.
@@ -31,7 +33,7 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
-from ..codes import N_CELLS, PERSISTENT_METHODS, TOKEN_BITS
+from ..codes import MIN_CONTEXT_ROWS, N_CELLS, PERSISTENT_METHODS, TOKEN_BITS
 from ..errors import MemoryFileError
 from ..version import __version__
 from .vocab import output_vocab_size
@@ -257,6 +259,12 @@ def _check_header(header: dict[str, Any]) -> None:
         raise _Invalid(f"has unknown method {_short(header['method'])} (expected one of {methods})")
     if header["k"] < 1 or header["vocab_size"] < 1:
         raise _Invalid(f"has a malformed recap header (k={header['k']}, vocab_size={header['vocab_size']}; need >= 1)")
+    budget = header.get("max_context_rows", MIN_CONTEXT_ROWS)  # optional: files of older recaps have none
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget < MIN_CONTEXT_ROWS:
+        raise _Invalid(
+            f"has a malformed recap header ('max_context_rows' must be an integer >= {MIN_CONTEXT_ROWS}, "
+            f"got {_short(budget)})"
+        )
 
 
 def _check_tensors(header: dict[str, Any], raw: dict[str, tuple[str, list[int], bytes]]) -> dict[str, np.ndarray]:
@@ -439,6 +447,7 @@ def memory_info(path: PathLike) -> dict[str, Any]:
         "rows_filled": header["rows_filled"],
         "size_bytes": size,
         "format_version": header["format_version"],
+        "max_context_rows": header.get("max_context_rows"),
         "created": header["created"],
         "recap_version": header["recap_version"],
     }

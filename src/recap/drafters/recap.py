@@ -92,6 +92,14 @@ class RecapDrafter:
                 f"RECAP's context keys hold token ids below {tables.MAX_TOKEN + 1}; this vocabulary has "
                 f"{memory.vocab_size} tokens. Use method='token_recycling' or 'pld'."
             )
+        if config.persistent_context:
+            rows, per_table = config.node_budget + 1 + config.suffix_tokens, memory.max_context_rows // 2
+            if rows > per_table // 2:
+                raise ValueError(
+                    f"a step of this config writes up to {rows} rows a table but the memory keeps "
+                    f"{per_table} a table (max_context_rows={memory.max_context_rows}): give the TokenMemory "
+                    f"max_context_rows >= {4 * rows}, or lower node_budget"
+                )
         self.config = config
         self.memory = memory
         self.placeholder_ids = placeholder_ids
@@ -138,6 +146,7 @@ class RecapDrafter:
 
     def begin(self, prompt_ids: Sequence[int], positions: Sequence[int], prompt_topk: TopK | None) -> None:
         if self.config.persistent_context:
+            self.memory.release_stamp(self.stamp)  # a drafter begun again without ``end``
             self.stamp = self.memory.new_stamp()
         else:
             for table in self.context.values():
@@ -165,12 +174,15 @@ class RecapDrafter:
         keys2, keys3 = tables.node_context_keys(ids, parents, at, np.full(2, -1, np.int64), self._placeholder_mask)
         rows = np.arange(len(at), dtype=np.int64)
         with self.memory.lock:
+            now = self.memory.tick()
             for order, keys in ((2, keys2), (3, keys3)):
                 if self._use[order]:
-                    self.context[order].write_packed(keys, rows, topk, stamp=self.stamp)
+                    self.context[order].write_packed(keys, rows, topk, stamp=self.stamp, used=now)
 
     def end(self) -> None:
-        if not self.config.persistent_context:
+        if self.config.persistent_context:
+            self.memory.release_stamp(self.stamp)  # its rows now age like any kept row
+        else:
             for table in self.context.values():
                 table.clear()
 
@@ -212,6 +224,7 @@ class RecapDrafter:
             built = drafting.build_tree(
                 root_context=context, token_memory=self.memory.arrays,
                 tables=(self.context[2].arrays, self.context[3].arrays), use=self._use, stamp=self.stamp,
+                now=self.memory.tick(),
                 fusion=cfg.fusion, specificity=self._specificity, fallback_tokens=fallback_tokens,
                 fallback_q=fallback_q, budget=budget, max_depth=cfg.max_depth, max_width=cfg.max_width,
                 calibrated=self._calibrated, hit_masses=self._hit_masses, cell_probs=cell_probs,
@@ -306,7 +319,7 @@ class RecapDrafter:
             added = tables.learn_tree(
                 tree.tokens, tree.parents, path, self.config.write_scope == "committed", self._root_context[:2],
                 self._placeholder_mask, self.memory.arrays, (pair[0].arrays, pair[1].arrays), self._write, self.stamp,
-                topk.ids, topk.probs, cells, calibration.arrays,
+                self.memory.clock, topk.ids, topk.probs, cells, calibration.arrays,
             )  # fmt: skip
             pair[0].count += int(added[0])
             pair[1].count += int(added[1])

@@ -7,9 +7,10 @@ the trees are identical; the tests check that on many random memories.
 Memories are passed as tuples of arrays:
 - token memory: (ids [V, k] int32, probs [V, k] float32, kappa [V] float32, filled [V] bool)
 - a context table: (keys [cap] int64, ids [cap, k] int32, probs [cap, k] float32, kappa [cap] float32,
-  stamps [cap] int64); ``tables`` = (2-token table, 3-token table). A row stamped with this request's
-  ``stamp`` is the request's own (source ORDER2/3); another stamp marks a row kept from an earlier
-  request (PERSISTENT2/3), used only when ``use[0]``.
+  stamps [cap] int64, used [cap] int64); ``tables`` = (2-token table, 3-token table). A row stamped with
+  this request's ``stamp`` is the request's own (source ORDER2/3); another stamp marks a row kept from an
+  earlier request (PERSISTENT2/3), used only when ``use[0]``. A row read is marked used at ``now`` (the
+  use clock the bounded tables evict by; the only write of drafting, made under the memory's lock).
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ def fuse_context(
     tables,  # (2-token table, 3-token table)
     use: np.ndarray,  # [4] bool: use[o] key order o; use[0] rows kept from earlier requests
     stamp: int,  # this request's stamp
+    now: int,  # the use clock: set on every row read
     mode: int,
     specificity: np.ndarray,  # [3] float64
     fallback_tokens: np.ndarray,  # [F] int64, the frequency fallback (empty: off)
@@ -115,6 +117,7 @@ def fuse_context(
             continue
         own = tables[t][4][slot] == stamp
         if own or use[0]:
+            tables[t][5][slot] = now
             which[n_rows], slots[n_rows], sources[n_rows] = t, slot, _row_source(order, not own)
             n_rows += 1
     if use[1] and 0 <= c < mem_filled.shape[0] and mem_filled[c]:
@@ -226,6 +229,7 @@ def _build_tree(
     tables,
     use: np.ndarray,
     stamp: int,
+    now: int,
     mode: int,
     specificity: np.ndarray,
     fallback_tokens: np.ndarray,
@@ -297,7 +301,7 @@ def _build_tree(
         if depth <= max_depth and n < size:  # (a node added last is not expanded: nothing follows)
             before2 = before1[parents[node]] if node > 0 else root_context[0]
             count = fuse_context(
-                before2, before1[node], tokens[node], token_memory, tables, use, stamp, mode, specificity,
+                before2, before1[node], tokens[node], token_memory, tables, use, stamp, now, mode, specificity,
                 fallback_tokens, fallback_q, cand_tokens, cand_q, cand_sources,
             )  # fmt: skip
             for i in range(count):
@@ -486,9 +490,10 @@ def build_tree(
     *,
     root_context: np.ndarray,  # [3] int64: two tokens before the root (-1 where none), the root
     token_memory: tuple,  # (ids [V, k] int32, probs [V, k] float32, kappa [V] float32, filled [V] bool)
-    tables: tuple,  # (2-token table, 3-token table), each (keys, ids, probs, kappa, stamps)
+    tables: tuple,  # (2-token table, 3-token table), each (keys, ids, probs, kappa, stamps, used)
     use: np.ndarray,  # [4] bool: use[o] key order o; use[0] rows kept from earlier requests
     stamp: int,  # this request's stamp
+    now: int = 0,  # the use clock, set on every row read (``TokenMemory.tick``)
     fusion: str,  # one of codes.FUSION_MODES
     specificity: np.ndarray,  # [3] float64, entropy fusion's prior weight of key orders 1, 2, 3
     fallback_tokens: np.ndarray,  # [F] int64, the frequency fallback (empty: off)
@@ -507,7 +512,7 @@ def build_tree(
     """The best-first tree and the size chosen (reference: ``recap.reference.tree_builder.build_tree``)."""
     return BuiltTree(
         *_build_tree(
-            root_context, token_memory, tables, use, stamp, FUSION_CODES[fusion], specificity, fallback_tokens,
+            root_context, token_memory, tables, use, stamp, now, FUSION_CODES[fusion], specificity, fallback_tokens,
             fallback_q, budget, max_depth, max_width, calibrated, hit_masses, cell_probs, placeholder_mask, suffix,
             suffix_length, step_costs,
         )
@@ -542,6 +547,7 @@ def warm_up() -> None:
         np.zeros((8, k), np.int32),
         np.zeros((8, k), np.float32),
         np.zeros(8, np.float32),
+        np.zeros(8, np.int64),
         np.zeros(8, np.int64),
     )
     empty, one = np.zeros(0, np.int64), np.ones(1, np.int64)

@@ -1,12 +1,14 @@
 """Memory tables: open-addressing hash tables for the 2-/3-token keys, and row writes.
 
 A contextual key of up to three tokens is packed into one int64 (21 bits a token, so token
-ids up to 2**21 - 1), hashed with splitmix64 and probed linearly. A table is five arrays:
+ids up to 2**21 - 1), hashed with splitmix64 and probed linearly. A table is six arrays:
 ``keys`` [cap] int64 (``EMPTY`` where free), ``ids`` [cap, k] int32, ``probs`` [cap, k]
-float32, ``kappa`` [cap] float32 and ``stamps`` [cap] int64, the request that wrote each row
+float32, ``kappa`` [cap] float32, ``stamps`` [cap] int64, the request that wrote each row
 (so one table holds a request's own rows and, under other stamps, the rows kept from earlier
-requests); ``cap`` is a power of two and the owner grows the table before it gets half full,
-so a probe always ends. Reference: ``recap.reference.context_memory.ContextMemory``.
+requests), and ``used`` [cap] int64, the use clock when the row was last read by drafting or
+written; ``cap`` is a power of two and the owner grows the table before it gets half full,
+so a probe always ends. A bounded table evicts its least recently used rows
+(``evict_least_used``). References: ``recap.reference.context_memory``.
 
 A row's concentration kappa = exp(-H), H the entropy of its k probabilities plus one residual
 bucket holding the mass outside them, is computed here too (``row_concentrations``).
@@ -113,15 +115,17 @@ def write_context_rows(
     probs: np.ndarray,  # [cap, k] float32
     kappa: np.ndarray,  # [cap] float32
     stamps: np.ndarray,  # [cap] int64
+    used: np.ndarray,  # [cap] int64
     new_keys: np.ndarray,  # [M] int64, EMPTY to skip
     rows: np.ndarray,  # [M] int64, row of the top-k arrays written under each key
     top_ids: np.ndarray,  # [N, k'] int64
     top_probs: np.ndarray,  # [N, k'] float32
     top_kappa: np.ndarray,  # [N] float32
     stamp: int,
+    now: int,  # the use clock
 ) -> int:
-    """Write top-k rows under packed keys, stamped; within one call the first occurrence of a
-    key wins (written last). Returns how many keys were new."""
+    """Write top-k rows under packed keys, stamped and used ``now``; within one call the first
+    occurrence of a key wins (written last). Returns how many keys were new."""
     added = 0
     for j in range(new_keys.shape[0] - 1, -1, -1):
         key = new_keys[j]
@@ -131,6 +135,7 @@ def write_context_rows(
         added += new
         _write_row(ids, probs, kappa, slot, rows[j], top_ids, top_probs, top_kappa[rows[j]])
         stamps[slot] = stamp
+        used[slot] = now
     return added
 
 
@@ -141,11 +146,13 @@ def rehash(
     old_probs: np.ndarray,
     old_kappa: np.ndarray,
     old_stamps: np.ndarray,
+    old_used: np.ndarray,
     keys: np.ndarray,
     ids: np.ndarray,
     probs: np.ndarray,
     kappa: np.ndarray,
     stamps: np.ndarray,
+    used: np.ndarray,
 ) -> None:
     """Move every entry of the old arrays into the new (larger, empty) ones."""
     for old in range(old_keys.shape[0]):
@@ -157,6 +164,108 @@ def rehash(
         probs[slot] = old_probs[old]
         kappa[slot] = old_kappa[old]
         stamps[slot] = old_stamps[old]
+        used[slot] = old_used[old]
+
+
+@njit
+def _oldest(slots: np.ndarray, used: np.ndarray, keys: np.ndarray, drop: int, out: np.ndarray) -> None:
+    """Mark in ``out`` the ``drop`` rows of ``slots`` used least recently (ties: the smaller key)."""
+    if drop >= slots.shape[0]:
+        for i in range(slots.shape[0]):
+            out[slots[i]] = True
+        return
+    times = np.sort(used[slots])
+    last = times[drop - 1]  # every row used before ``last`` goes, and the smallest keys of those used at it
+    tied = 0
+    for i in range(slots.shape[0]):
+        t = used[slots[i]]
+        if t < last:
+            out[slots[i]] = True
+            drop -= 1
+        elif t == last:
+            tied += 1
+    tie_keys = np.empty(tied, np.int64)
+    tied = 0
+    for i in range(slots.shape[0]):
+        if used[slots[i]] == last:
+            tie_keys[tied] = keys[slots[i]]
+            tied += 1
+    if drop <= 0:
+        return
+    cut = np.sort(tie_keys)[drop - 1]
+    for i in range(slots.shape[0]):
+        if used[slots[i]] == last and keys[slots[i]] <= cut:
+            out[slots[i]] = True
+
+
+@njit
+def evict_least_used(
+    keys: np.ndarray,  # [cap] int64
+    ids: np.ndarray,  # [cap, k] int32
+    probs: np.ndarray,  # [cap, k] float32
+    kappa: np.ndarray,  # [cap] float32
+    stamps: np.ndarray,  # [cap] int64
+    used: np.ndarray,  # [cap] int64
+    protected: np.ndarray,  # [P] int64, sorted: stamps of the requests under way
+    keep: int,
+) -> int:
+    """Keep the ``keep`` most useful rows and rebuild the table in place without the others.
+    Evicted first: rows not written by a request under way, least recently used first (ties: the
+    smaller packed key); then, only if that is not enough, the protected rows the same way.
+    Returns the number of rows evicted. Reference: ``recap.reference.context_memory.evict_least_used``."""
+    cap = keys.shape[0]
+    n_free, n_held = 0, 0
+    for s in range(cap):
+        if keys[s] == EMPTY:
+            continue
+        at = np.searchsorted(protected, stamps[s])
+        if at < protected.shape[0] and protected[at] == stamps[s]:
+            n_held += 1
+        else:
+            n_free += 1
+    drop = n_free + n_held - keep
+    if drop <= 0:
+        return 0
+    free = np.empty(n_free, np.int64)
+    held = np.empty(n_held, np.int64)
+    n_free, n_held = 0, 0
+    for s in range(cap):
+        if keys[s] == EMPTY:
+            continue
+        at = np.searchsorted(protected, stamps[s])
+        if at < protected.shape[0] and protected[at] == stamps[s]:
+            held[n_held] = s
+            n_held += 1
+        else:
+            free[n_free] = s
+            n_free += 1
+    out = np.zeros(cap, np.bool_)
+    _oldest(free, used, keys, drop, out)
+    if drop > n_free:
+        _oldest(held, used, keys, drop - n_free, out)
+    # the rows kept, copied out, then written back into the emptied table
+    kept = n_free + n_held - drop
+    k_keys = np.empty(kept, np.int64)
+    k_ids = np.empty((kept, ids.shape[1]), ids.dtype)
+    k_probs = np.empty((kept, probs.shape[1]), probs.dtype)
+    k_kappa = np.empty(kept, kappa.dtype)
+    k_stamps = np.empty(kept, np.int64)
+    k_used = np.empty(kept, np.int64)
+    j = 0
+    for s in range(cap):
+        if keys[s] == EMPTY or out[s]:
+            continue
+        k_keys[j], k_kappa[j], k_stamps[j], k_used[j] = keys[s], kappa[s], stamps[s], used[s]
+        k_ids[j] = ids[s]
+        k_probs[j] = probs[s]
+        j += 1
+    keys[:] = EMPTY
+    for j in range(kept):
+        slot, _ = _claim(keys, k_keys[j])
+        ids[slot] = k_ids[j]
+        probs[slot] = k_probs[j]
+        kappa[slot], stamps[slot], used[slot] = k_kappa[j], k_stamps[j], k_used[j]
+    return drop
 
 
 @njit
@@ -228,6 +337,7 @@ def learn_tree(
     tables,  # (2-token table, 3-token table)
     write: np.ndarray,  # [3] bool: the token memory, the 2-token table, the 3-token table
     stamp: int,  # stamped on the rows written to the tables
+    now: int,  # the use clock, set on the rows written to the tables
     top_ids: np.ndarray,  # [N, k'] int64
     top_probs: np.ndarray,  # [N, k'] float32
     cells: np.ndarray,  # [N] int64, calibration cell of each node (-1: none), or empty
@@ -269,6 +379,7 @@ def learn_tree(
                 added[t] += new
                 _write_row(table[1], table[2], table[3], slot, i, top_ids, top_probs, kappa)
                 table[4][slot] = stamp
+                table[5][slot] = now
     if cells.shape[0] == n:
         trials, hits, probs, prior = calibration
         for i in range(1, n):
@@ -281,18 +392,19 @@ def learn_tree(
 def warm_up() -> None:
     row_concentrations(np.full((1, 2), 0.5, np.float32))
     table = (np.full(8, EMPTY, np.int64), np.zeros((8, 2), np.int32), np.zeros((8, 2), np.float32),
-             np.zeros(8, np.float32), np.zeros(8, np.int64))  # fmt: skip
+             np.zeros(8, np.float32), np.zeros(8, np.int64), np.zeros(8, np.int64))  # fmt: skip
     bigger = tuple(np.concatenate([a, a]) for a in table)
     top_ids, top_probs, top_kappa = np.zeros((1, 2), np.int64), np.zeros((1, 2), np.float32), np.zeros(1, np.float32)
     one = np.zeros(1, np.int64)
-    write_context_rows(*table, one + pack_key(-1, 1, 2), one, top_ids, top_probs, top_kappa, 1)
+    write_context_rows(*table, one + pack_key(-1, 1, 2), one, top_ids, top_probs, top_kappa, 1, 1)
     find(table[0], pack_key(1, 2, 3))
     rehash(*table, *bigger)
+    evict_least_used(*bigger, one, 0)
     write_token_rows(table[1], table[2], table[3], np.zeros(8, np.bool_), one, one, top_ids, top_probs, top_kappa)
     node_context_keys(np.zeros(2, np.int64), np.array([-1, 0]), np.arange(2), np.full(2, -1), np.zeros(8, np.bool_))
     learn_tree(
         np.zeros(2, np.int64), np.array([-1, 0]), np.arange(1), False, np.full(2, -1), np.zeros(8, np.bool_),
-        (table[1], table[2], table[3], np.zeros(8, np.bool_)), (table, table), np.ones(3, np.bool_), 1,
+        (table[1], table[2], table[3], np.zeros(8, np.bool_)), (table, table), np.ones(3, np.bool_), 1, 1,
         np.zeros((2, 2), np.int64), np.zeros((2, 2), np.float32), np.zeros(2, np.int64),
         (np.zeros(3), np.zeros(3), np.zeros(3), np.zeros(3)),
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""The reference of ``recap.core.memory.ContextTable``: 2-/3-token rows in a dict."""
+"""The reference of ``recap.core.memory.ContextTable``: 2-/3-token rows in a dict, and its eviction."""
 
 from __future__ import annotations
 
@@ -26,3 +26,14 @@ class ContextMemory:
 
     def clear(self) -> None:
         self.rows.clear()
+
+
+def evict_least_used(rows: dict[int, tuple[int, int]], protected: set[int], keep: int) -> set[int]:
+    """The keys a bounded table evicts to keep ``keep`` rows (``recap.kernels.tables.evict_least_used``).
+
+    ``rows``: packed key -> (stamp of the request that wrote it, use time: when drafting last read
+    it or it was written). The rows of requests under way (stamps in ``protected``) go last; within
+    each group the least recently used go first, ties broken by the smaller key.
+    """
+    order = sorted(rows, key=lambda key: (rows[key][0] in protected, rows[key][1], key))
+    return set(order[: max(0, len(rows) - keep)])
