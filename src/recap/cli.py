@@ -27,6 +27,13 @@ MemoryFileOption = Annotated[
     Path | None,
     typer.Option("--memory-file", help="persistent memory: loaded before if the file exists, saved after"),
 ]
+NoMemoryFileOption = Annotated[
+    bool,
+    typer.Option(
+        "--no-memory-file",
+        help="keep no memory file (by default generate keeps one per model in $RECAP_CACHE or ~/.cache/recap)",
+    ),
+]
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -70,6 +77,18 @@ def open_memory_file(path: Path | None, model, processor, method: str, k: int):
     return TokenMemory(output_vocab_size(model), k=k, method=method, fingerprint=tokenizer_fingerprint(processor))
 
 
+def warn(message: str) -> None:
+    typer.secho(f"warning: {message}", err=True, fg=typer.colors.YELLOW)
+
+
+def open_cached_memory(name: str, model, processor, method: str, k: int):
+    """(memory, path) of ``recap generate``'s default: the model's memory file in the user's cache
+    (``recap.memory_cache``; a damaged or mismatched one is moved aside with one warning line)."""
+    from .memory_cache import cached_memory
+
+    return cached_memory(model, processor, method, k, name=name, warn=warn)
+
+
 @app.command()
 def generate(
     model: ModelOption,
@@ -84,6 +103,7 @@ def generate(
     seed: Annotated[int | None, typer.Option(help="torch.manual_seed before decoding (reproducible sampling)")] = None,
     stream: Annotated[bool, typer.Option("--stream/--no-stream", help="print tokens as they are committed")] = True,
     memory_file: MemoryFileOption = None,
+    no_memory_file: NoMemoryFileOption = False,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
 ) -> None:
@@ -98,12 +118,17 @@ def generate(
 
     if method not in METHODS:
         fail(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
+    if memory_file is not None and no_memory_file:
+        fail("--memory-file and --no-memory-file contradict each other: give one of them")
     sampling = sampling_arguments(temperature, top_p, top_k)
     try:
         check_memory_file(memory_file, method)
         loaded, processor = load_model(model, device=device, dtype=dtype)
         config = RecapConfig()
-        memory = open_memory_file(memory_file, loaded, processor, method, memory_k(method, config))
+        k = memory_k(method, config)
+        memory, save_to, cached = open_memory_file(memory_file, loaded, processor, method, k), memory_file, False
+        if memory_file is None and not no_memory_file and method in PERSISTENT_METHODS:
+            (memory, save_to), cached = open_cached_memory(model, loaded, processor, method, k), True
         inputs = build_inputs(processor, prompt, image)
         tokenizer = getattr(processor, "tokenizer", processor)
         streamer = (
@@ -123,13 +148,23 @@ def generate(
             streamer=streamer,
             **sampling,
         )
-        if memory_file is not None:
-            save_memory(memory, memory_file)
+        if save_to is not None and not cached:
+            save_memory(memory, save_to)
     except (RecapError, ValueError, OSError) as exc:
         fail(str(exc))
+    if cached:  # the cache never makes a run fail
+        try:
+            save_memory(memory, save_to)
+        except (ValueError, OSError) as exc:
+            warn(f"could not save the memory to {save_to} ({exc}); the next run starts cold")
     text = decode(processor, result.token_ids)
     if as_json:
-        print(json.dumps({"text": text, "token_ids": result.token_ids, "stats": result.stats.to_dict()}))
+        shown = str(save_to) if save_to is not None else None
+        print(
+            json.dumps(
+                {"text": text, "token_ids": result.token_ids, "stats": result.stats.to_dict(), "memory_file": shown}
+            )
+        )
     else:
         if streamer is None:
             print(text)
