@@ -19,7 +19,12 @@ app.add_typer(memory_app, name="memory")
 
 ModelOption = Annotated[
     str,
-    typer.Option("--model", "-m", help="embedded model name (e.g. tiny-qwen2.5-vl), local directory or cached hub id"),
+    typer.Option(
+        "--model",
+        "-m",
+        help="embedded model name (e.g. tiny-qwen2.5-vl, or tiny-qwen2.5-vl@7b: its predictions at a real model's "
+        "shape), local directory or cached hub id",
+    ),
 ]
 DeviceOption = Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, ...")]
 DtypeOption = Annotated[str, typer.Option(help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16, float16")]
@@ -124,6 +129,9 @@ def generate(
     try:
         check_memory_file(memory_file, method)
         loaded, processor = load_model(model, device=device, dtype=dtype)
+        note = getattr(loaded.config, "recap_note", None)  # the real-shape embedded models say what they are
+        if note:
+            typer.secho(f"{model}: {note}", err=True, fg=typer.colors.CYAN)
         config = RecapConfig()
         k = memory_k(method, config)
         memory, save_to, cached = open_memory_file(memory_file, loaded, processor, method, k), memory_file, False
@@ -251,6 +259,10 @@ def bench(
         recap_memory = open_memory_file(memory_file, loaded, processor, "recap", bench_plan.MEMORY_FILE_K)
         first = next(iter(loaded.parameters()))
         settings = {"model": model, "device": str(first.device), "dtype": str(first.dtype).replace("torch.", "")}
+        note = getattr(loaded.config, "recap_note", None)  # the real-shape embedded models say what they are
+        if note:
+            settings["model_note"] = note
+            console.print(f"{model}: {note}")
         results, cost_table = bench_plan.execute(
             plan, loaded, processor, settings, max_new_tokens, memory, recap_memory, costs, seed, say=console.print
         )

@@ -29,10 +29,15 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 
 def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto") -> tuple[torch.nn.Module, Any]:
-    """(model, processor or tokenizer) for an embedded model name, a local directory, or a
-    hub id already in the local cache. Attention is sdpa (tree masks need it)."""
+    """(model, processor or tokenizer) for an embedded model name (``tiny-qwen2.5-vl``, or
+    ``tiny-qwen2.5-vl@7b``: ``recap.zoo.real_size``), a local directory, or a hub id already in the
+    local cache. Attention is sdpa (tree masks need it)."""
     from . import zoo
+    from .zoo import real_size
 
+    if real_size.split(name_or_path) is not None:  # an embedded model at a real shape, built on the device
+        torch_device = resolve_device(device)
+        return real_size.load(name_or_path, torch_device, resolve_dtype(dtype, torch_device))
     if name_or_path in zoo.NAMES:
         model, processor = zoo.load(name_or_path)
         torch_device = resolve_device(device)
