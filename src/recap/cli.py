@@ -119,7 +119,7 @@ def generate(
     from .config import RecapConfig
     from .core.memory import save_memory
     from .entry import generate as recap_generate
-    from .loading import build_inputs, decode, load_model, sampling_arguments
+    from .loading import build_inputs, decode, load_model, model_device, sampling_arguments
 
     if method not in METHODS:
         fail(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
@@ -137,7 +137,7 @@ def generate(
         memory, save_to, cached = open_memory_file(memory_file, loaded, processor, method, k), memory_file, False
         if memory_file is None and not no_memory_file and method in PERSISTENT_METHODS:
             (memory, save_to), cached = open_cached_memory(model, loaded, processor, method, k), True
-        inputs = build_inputs(processor, prompt, image)
+        inputs = build_inputs(processor, prompt, image, device=model_device(loaded))
         tokenizer = getattr(processor, "tokenizer", processor)
         streamer = (
             TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True) if stream and not as_json else None
