@@ -213,7 +213,7 @@ def test_memory_file_create_reuse_and_info(
     models: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     memory_file = tmp_path / "mem.recap"
-    cold = generate_json(models["llava_next"])  # no memory file: a fresh memory
+    cold = generate_json(models["llava_next"], "--no-memory-file")  # no memory file: a fresh memory
     first = generate_json(models["llava_next"], "--memory-file", memory_file)
     assert memory_file.is_file()
     assert first["token_ids"] == cold["token_ids"] == reference_ids("llava_next", PROMPT)

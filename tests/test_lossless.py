@@ -1,11 +1,12 @@
 """Every method returns exactly the tokens of model.generate(do_sample=False), on every
-supported architecture (tiny random-weight models, float32)."""
+supported architecture (tiny random-weight models, float32; on RECAP_TEST_DEVICE, default cpu)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
+from devices import to_device
 from PIL import Image
 from tiny_models import BUILDERS, VLM, WORDS, build
 
@@ -20,12 +21,12 @@ LENGTHS = (1, 2, 9, 48, 200, 120, 31)
 def make_inputs(arch: str, processor, rng: np.random.Generator):
     words = " ".join(rng.choice(WORDS, size=int(rng.integers(1, 24))).tolist())
     if arch not in VLM:
-        return processor(words, return_tensors="pt")
+        return to_device(processor(words, return_tensors="pt"))
     height, width = (int(x) for x in rng.integers(20, 160, size=2))
     image = Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": words}]}]
     text = processor.apply_chat_template(messages, add_generation_prompt=True)
-    return processor(images=image, text=text, return_tensors="pt")
+    return to_device(processor(images=image, text=text, return_tensors="pt"))
 
 
 def reference(model, inputs, n: int, **kwargs) -> list[int]:

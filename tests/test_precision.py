@@ -1,6 +1,6 @@
 """Precision: float32 and float64 give generate's tokens exactly; in bfloat16 / float16 recap's
 tokens may leave generate's, but only where generate's own top two logits are within the
-dtype's rounding of each other (a near-tie), never elsewhere."""
+dtype's rounding of each other (a near-tie), never elsewhere. On RECAP_TEST_DEVICE (default cpu)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from devices import DEVICE, to_device
 from families import tiny_text_config
 from near_ties import first_divergence, generate_with_logits
 
@@ -23,13 +24,13 @@ def _random_model(model_type: str, class_name: str, dtype: torch.dtype) -> torch
     config = tiny_text_config(model_type, initializer_range=0.2)
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    return getattr(transformers, class_name)(config).eval().to(dtype)
+    return getattr(transformers, class_name)(config).eval().to(DEVICE, dtype)
 
 
 def _prompts(count: int, seed: int):
     rng = np.random.default_rng(seed)
     for _ in range(count):
-        ids = torch.tensor([rng.integers(3, 250, size=int(rng.integers(3, 30))).tolist()])
+        ids = torch.tensor([rng.integers(3, 250, size=int(rng.integers(3, 30))).tolist()], device=DEVICE)
         yield {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
@@ -61,9 +62,9 @@ def test_low_precision_divergences_start_at_near_ties_on_random_models(dtype: to
 @pytest.mark.parametrize("name", ["tiny-qwen2.5-vl", "tiny-llava-next"])
 def test_bfloat16_divergences_on_the_embedded_models_are_near_ties(name: str) -> None:
     model, processor = recap.zoo.load(name)
-    model = model.to(torch.bfloat16)
+    model = model.to(DEVICE, torch.bfloat16)
     for request in suite_requests("ocr,describe,chart", samples=2, seed=0):
-        inputs = build_inputs(processor, request.prompt, request.image)
+        inputs = to_device(build_inputs(processor, request.prompt, request.image))
         expected, logits = generate_with_logits(model, inputs, 80)
         got = recap.generate(model, inputs, "recap", 80).token_ids
         divergence = first_divergence(expected, logits, got, torch.bfloat16)

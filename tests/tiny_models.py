@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 
 import torch
+from devices import DEVICE
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import (
     CLIPImageProcessorPil,
@@ -218,5 +219,6 @@ VLM = ("qwen2_5_vl", "qwen2_vl", "llava", "llava_next")
 
 @functools.cache
 def build(arch: str):
-    """(model, processor_or_tokenizer) of a tiny random ``arch`` model, float32."""
-    return BUILDERS[arch]()
+    """(model, processor_or_tokenizer) of a tiny random ``arch`` model, float32, on ``RECAP_TEST_DEVICE``."""
+    model, processor = BUILDERS[arch]()
+    return model.to(DEVICE), processor

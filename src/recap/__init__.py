@@ -16,9 +16,11 @@ from .errors import (
     UnsupportedGenerationError,
     UnsupportedModelError,
 )
+from .memory_cache import CachedMemory, cached_memory, memory_cache_path
 from .version import __version__
 
 __all__ = [
+    "CachedMemory",
     "DecodeStats",
     "DraftTree",
     "GenerationResult",
@@ -33,9 +35,11 @@ __all__ = [
     "UnsupportedGenerationError",
     "UnsupportedModelError",
     "__version__",
+    "cached_memory",
     "default_memory",
     "generate",
     "load_memory",
+    "memory_cache_path",
     "memory_info",
     "save_memory",
     "speculative",

@@ -19,13 +19,25 @@ app.add_typer(memory_app, name="memory")
 
 ModelOption = Annotated[
     str,
-    typer.Option("--model", "-m", help="embedded model name (e.g. tiny-qwen2.5-vl), local directory or cached hub id"),
+    typer.Option(
+        "--model",
+        "-m",
+        help="embedded model name (e.g. tiny-qwen2.5-vl, or tiny-qwen2.5-vl@7b: its predictions at a real model's "
+        "shape), local directory or cached hub id",
+    ),
 ]
 DeviceOption = Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, ...")]
 DtypeOption = Annotated[str, typer.Option(help="auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16, float16")]
 MemoryFileOption = Annotated[
     Path | None,
     typer.Option("--memory-file", help="persistent memory: loaded before if the file exists, saved after"),
+]
+NoMemoryFileOption = Annotated[
+    bool,
+    typer.Option(
+        "--no-memory-file",
+        help="keep no memory file (by default generate keeps one per model in $RECAP_CACHE or ~/.cache/recap)",
+    ),
 ]
 
 
@@ -70,6 +82,18 @@ def open_memory_file(path: Path | None, model, processor, method: str, k: int):
     return TokenMemory(output_vocab_size(model), k=k, method=method, fingerprint=tokenizer_fingerprint(processor))
 
 
+def warn(message: str) -> None:
+    typer.secho(f"warning: {message}", err=True, fg=typer.colors.YELLOW)
+
+
+def open_cached_memory(name: str, model, processor, method: str, k: int):
+    """(memory, path) of ``recap generate``'s default: the model's memory file in the user's cache
+    (``recap.memory_cache``; a damaged or mismatched one is moved aside with one warning line)."""
+    from .memory_cache import cached_memory
+
+    return cached_memory(model, processor, method, k, name=name, warn=warn)
+
+
 @app.command()
 def generate(
     model: ModelOption,
@@ -84,6 +108,7 @@ def generate(
     seed: Annotated[int | None, typer.Option(help="torch.manual_seed before decoding (reproducible sampling)")] = None,
     stream: Annotated[bool, typer.Option("--stream/--no-stream", help="print tokens as they are committed")] = True,
     memory_file: MemoryFileOption = None,
+    no_memory_file: NoMemoryFileOption = False,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
 ) -> None:
@@ -94,17 +119,25 @@ def generate(
     from .config import RecapConfig
     from .core.memory import save_memory
     from .entry import generate as recap_generate
-    from .loading import build_inputs, decode, load_model, sampling_arguments
+    from .loading import build_inputs, decode, load_model, model_device, sampling_arguments
 
     if method not in METHODS:
         fail(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
+    if memory_file is not None and no_memory_file:
+        fail("--memory-file and --no-memory-file contradict each other: give one of them")
     sampling = sampling_arguments(temperature, top_p, top_k)
     try:
         check_memory_file(memory_file, method)
         loaded, processor = load_model(model, device=device, dtype=dtype)
+        note = getattr(loaded.config, "recap_note", None)  # the real-shape embedded models say what they are
+        if note:
+            typer.secho(f"{model}: {note}", err=True, fg=typer.colors.CYAN)
         config = RecapConfig()
-        memory = open_memory_file(memory_file, loaded, processor, method, memory_k(method, config))
-        inputs = build_inputs(processor, prompt, image)
+        k = memory_k(method, config)
+        memory, save_to, cached = open_memory_file(memory_file, loaded, processor, method, k), memory_file, False
+        if memory_file is None and not no_memory_file and method in PERSISTENT_METHODS:
+            (memory, save_to), cached = open_cached_memory(model, loaded, processor, method, k), True
+        inputs = build_inputs(processor, prompt, image, device=model_device(loaded))
         tokenizer = getattr(processor, "tokenizer", processor)
         streamer = (
             TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True) if stream and not as_json else None
@@ -123,13 +156,23 @@ def generate(
             streamer=streamer,
             **sampling,
         )
-        if memory_file is not None:
-            save_memory(memory, memory_file)
+        if save_to is not None and not cached:
+            save_memory(memory, save_to)
     except (RecapError, ValueError, OSError) as exc:
         fail(str(exc))
+    if cached:  # the cache never makes a run fail
+        try:
+            save_memory(memory, save_to)
+        except (ValueError, OSError) as exc:
+            warn(f"could not save the memory to {save_to} ({exc}); the next run starts cold")
     text = decode(processor, result.token_ids)
     if as_json:
-        print(json.dumps({"text": text, "token_ids": result.token_ids, "stats": result.stats.to_dict()}))
+        shown = str(save_to) if save_to is not None else None
+        print(
+            json.dumps(
+                {"text": text, "token_ids": result.token_ids, "stats": result.stats.to_dict(), "memory_file": shown}
+            )
+        )
     else:
         if streamer is None:
             print(text)
@@ -216,6 +259,10 @@ def bench(
         recap_memory = open_memory_file(memory_file, loaded, processor, "recap", bench_plan.MEMORY_FILE_K)
         first = next(iter(loaded.parameters()))
         settings = {"model": model, "device": str(first.device), "dtype": str(first.dtype).replace("torch.", "")}
+        note = getattr(loaded.config, "recap_note", None)  # the real-shape embedded models say what they are
+        if note:
+            settings["model_note"] = note
+            console.print(f"{model}: {note}")
         results, cost_table = bench_plan.execute(
             plan, loaded, processor, settings, max_new_tokens, memory, recap_memory, costs, seed, say=console.print
         )

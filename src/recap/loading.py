@@ -29,10 +29,15 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 
 def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto") -> tuple[torch.nn.Module, Any]:
-    """(model, processor or tokenizer) for an embedded model name, a local directory, or a
-    hub id already in the local cache. Attention is sdpa (tree masks need it)."""
+    """(model, processor or tokenizer) for an embedded model name (``tiny-qwen2.5-vl``, or
+    ``tiny-qwen2.5-vl@7b``: ``recap.zoo.real_size``), a local directory, or a hub id already in the
+    local cache. Attention is sdpa (tree masks need it)."""
     from . import zoo
+    from .zoo import real_size
 
+    if real_size.split(name_or_path) is not None:  # an embedded model at a real shape, built on the device
+        torch_device = resolve_device(device)
+        return real_size.load(name_or_path, torch_device, resolve_dtype(dtype, torch_device))
     if name_or_path in zoo.NAMES:
         model, processor = zoo.load(name_or_path)
         torch_device = resolve_device(device)
@@ -70,9 +75,24 @@ def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto") -> 
     return model, processor
 
 
-def build_inputs(processor: Any, prompt: str, image: Image.Image | str | Path | None = None) -> dict[str, Any]:
+def build_inputs(
+    processor: Any, prompt: str, image: Image.Image | str | Path | None = None, device: Any = None
+) -> dict[str, Any]:
     """The model inputs of one request: the chat template (where the processor has one)
-    applied to a user turn holding the image and the prompt, then the processor."""
+    applied to a user turn holding the image and the prompt, then the processor; its tensors on
+    ``device`` (the model's: ``model_device(model)``) where one is given."""
+    inputs = _build_inputs(processor, prompt, image)
+    if device is None:
+        return inputs
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where a model's first parameter lives (where its inputs must be)."""
+    return next(model.parameters()).device
+
+
+def _build_inputs(processor: Any, prompt: str, image: Image.Image | str | Path | None) -> dict[str, Any]:
     if isinstance(image, (str, Path)):
         path = Path(image)
         if not path.is_file():

@@ -110,6 +110,8 @@ def _attention_kinds(model) -> tuple[AttentionKind, ...]:
         layer_types, layer_kwargs = get_layer_types_and_kwargs(config)
     except (AttributeError, TypeError, ValueError) as exc:
         raise _refuse(model, f"its layers' cache types cannot be read from its config ({exc})", USE_GENERATE) from exc
+    if isinstance(layer_kwargs, dict):  # transformers < 5.19: one dict of kwargs shared by every layer
+        layer_kwargs = [layer_kwargs] * len(layer_types)
     kinds: dict[str, AttentionKind] = {}
     for layer_type, kwargs in zip(layer_types, layer_kwargs):
         if layer_type in NO_CACHE_LAYER_TYPES:

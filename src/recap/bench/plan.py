@@ -18,7 +18,7 @@ from ..core.memory import TokenMemory
 from ..drafters import memory_k
 from ..drafters.token_recycling import Template
 from ..kernels import ensure_ready
-from ..loading import build_inputs
+from ..loading import build_inputs, model_device
 from .methods import MethodSpec, ablation_specs, budget_specs, parse_methods
 from .run import run_bench
 from .verify_costs import measure_costs
@@ -114,7 +114,7 @@ def execute(
     settings = {**settings, "workload": bench.workload, "kernels_ready_seconds": round(kernel_seconds, 2)}
     cost_table = None
     if costs:
-        inputs = build_inputs(processor, bench.warmup.prompt, bench.warmup.image)
+        inputs = build_inputs(processor, bench.warmup.prompt, bench.warmup.image, device=model_device(model))
         cost_table = measure_costs(model, inputs, largest_tree(bench.specs))
     results = run_bench(
         model,

@@ -136,7 +136,8 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [
         "# recap bench report",
         "",
-        f"- model: `{meta['model']}` ({meta['device']}, {meta['dtype']})",
+        f"- model: `{meta['model']}` ({meta['device']}, {meta['dtype']})"
+        + (f": **{meta['model_note']}**" if meta.get("model_note") else ""),
         f"- workload: {meta['workload']}, {meta['requests']} requests, max_new_tokens {meta['max_new_tokens']}",
         f"- persistent memory: **{meta['memory']}** ({meta['memory_note']})",
         f"- protocol: {meta['protocol']}",

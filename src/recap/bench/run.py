@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from ..loading import build_inputs
+from ..loading import build_inputs, model_device
 from .methods import PEERS, REFERENCE, MethodRunner, MethodSpec
 from .report import aggregate
 from .workloads import Request
@@ -62,7 +62,7 @@ def run_bench(
         if preset is not None:
             runner.memory = preset
     if warmup is not None:
-        inputs = build_inputs(processor, warmup.prompt, warmup.image)
+        inputs = build_inputs(processor, warmup.prompt, warmup.image, device=model_device(model))
         for runner in runners:
             try:
                 runner(inputs, 32, sampling, seed)
@@ -74,7 +74,7 @@ def run_bench(
     failures: list[dict[str, str]] = []
     bar = tqdm(total=len(requests) * len(runners), desc="bench", unit="run", disable=not progress)
     for i, request in enumerate(requests):
-        inputs = build_inputs(processor, request.prompt, request.image)
+        inputs = build_inputs(processor, request.prompt, request.image, device=model_device(model))
         shift = i % len(runners)
         runs = {}
         for runner in runners[shift:] + runners[:shift]:

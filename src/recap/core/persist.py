@@ -27,6 +27,7 @@ import os
 import stat
 import struct
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -67,6 +68,12 @@ PathLike = str | os.PathLike
 
 class _Invalid(Exception):
     """A problem with a file's content; becomes a ``MemoryFileError`` naming the file."""
+
+
+def cache_dir() -> Path:
+    """recap's folder in the user's cache: ``$RECAP_CACHE``, else ``~/.cache/recap`` (memory files
+    under ``memory/``, vLLM exports under ``vllm/``). Not created here."""
+    return Path(os.environ.get("RECAP_CACHE") or Path.home() / ".cache" / "recap")
 
 
 # -- fingerprints ---------------------------------------------------------------------------

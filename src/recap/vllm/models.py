@@ -27,8 +27,9 @@ MARKER = "recap_vllm_export.json"
 
 def cache_root() -> Path:
     """Where exports go by default: ``$RECAP_CACHE/vllm`` or ``~/.cache/recap/vllm``."""
-    base = os.environ.get("RECAP_CACHE") or Path.home() / ".cache" / "recap"
-    return Path(base) / "vllm"
+    from ..core.persist import cache_dir
+
+    return cache_dir() / "vllm"
 
 
 def _source(name_or_path: str | os.PathLike) -> Path:

@@ -1,0 +1,162 @@
+"""One persistent memory per model in the user's cache, so a second process starts warm.
+
+``cached_memory(model, processor)`` returns the memory kept for that model, method and k in
+``recap.core.persist.cache_dir() / "memory"`` (``$RECAP_CACHE`` or ``~/.cache/recap``), or a fresh
+one, and the path to save it back to::
+
+    memory, path = recap.cached_memory(model, processor)
+    result = recap.generate(model, inputs, memory=memory)
+    memory.save(path)
+
+The file is named after the model: an embedded model by its name (``tiny-qwen2.5-vl``,
+``tiny-qwen2.5-vl@0.5b``), any other model by its folder's or hub id's name plus a hash of the
+resolved path (or the id) and the tokenizer's fingerprint, so two models never share a file. A
+cache file that is damaged or does not fit (another vocabulary, tokenizer, method or k) is moved
+aside to ``<name>.bad`` with one warning, and a fresh memory is returned: the cache never makes a
+run fail. Saving is atomic (``TokenMemory.save``); two processes saving at once leave one of the two
+memories, complete (the last writer wins).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from . import zoo
+from .config import RecapConfig
+from .core.memory import TokenMemory, load_memory
+from .core.persist import cache_dir, tokenizer_fingerprint
+from .core.vocab import output_vocab_size
+from .drafters import PERSISTENT_METHODS, memory_k
+from .errors import InputError, MemoryFileError
+
+SUFFIX = ".safetensors"
+
+
+class CachedMemory(NamedTuple):
+    memory: TokenMemory
+    path: Path  # where to save it back (``memory.save(path)``)
+
+
+def _embedded(identity: str) -> str | None:
+    """The embedded model's name (with its ``@shape``, if any) that ``identity`` names, else None."""
+    base = identity.split("@", 1)[0]
+    if base in zoo.NAMES:
+        return identity
+    folder = Path(identity).expanduser()
+    try:
+        if folder.is_dir() and folder.resolve().parent == zoo.ROOT.resolve() and folder.name in zoo.NAMES:
+            return folder.name
+    except OSError:
+        pass
+    return None
+
+
+def model_key(identity: str, fingerprint: str) -> str:
+    """The file-name stem of a model's memory: the embedded name, or a readable name plus a hash of
+    the resolved folder (or the hub id) and the tokenizer fingerprint."""
+    name = _embedded(identity)
+    if name is not None:
+        return re.sub(r"[^A-Za-z0-9._@-]", "_", name)
+    folder = Path(identity).expanduser()
+    if folder.exists():
+        resolved = folder.resolve()
+        readable, ident = resolved.name, f"path:{resolved}"
+    else:
+        readable, ident = identity.replace("/", "--"), f"hub:{identity}"
+    digest = hashlib.sha256(f"{ident}\0{fingerprint}".encode()).hexdigest()[:16]
+    return f"{re.sub(r'[^A-Za-z0-9._-]', '_', readable)[:64]}-{digest}"
+
+
+def _identity(model: Any, name: str | None) -> str:
+    if name:
+        return str(name)
+    identity = getattr(getattr(model, "config", None), "name_or_path", "") or ""
+    if not identity:
+        raise InputError(
+            "cannot tell which model this is (model.config.name_or_path is empty, e.g. a model built from a "
+            "config); pass name='...' to cached_memory, a name that identifies the model"
+        )
+    return str(identity)
+
+
+def _resolve_k(method: str, k: int | None) -> int:
+    if method not in PERSISTENT_METHODS:
+        raise InputError(f"only {', '.join(PERSISTENT_METHODS)} keep a persistent memory, not {method!r}")
+    return memory_k(method, RecapConfig()) if k is None else int(k)
+
+
+def memory_cache_path(
+    model: Any, processor: Any = None, method: str = "recap", k: int | None = None, *, name: str | None = None
+) -> Path:
+    """The cache file of ``model``'s ``method`` memory with ``k`` candidates per row (default: the
+    method's default k). ``name`` overrides ``model.config.name_or_path`` as the model's identity."""
+    k = _resolve_k(method, k)
+    fingerprint = tokenizer_fingerprint(processor if processor is not None else model)
+    return cache_dir() / "memory" / f"{model_key(_identity(model, name), fingerprint)}.{method}-k{k}{SUFFIX}"
+
+
+def _file_state(path: Path) -> tuple[int, int, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_ino, info.st_size, info.st_mtime_ns
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def cached_memory(
+    model: Any,
+    processor: Any = None,
+    method: str = "recap",
+    k: int | None = None,
+    *,
+    name: str | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> CachedMemory:
+    """(memory, path): the memory saved for ``model`` in the user's cache, or a fresh one, and the file
+    to save it back to. ``processor``: its tokenizer (or the tokenizer itself) checks the file's
+    fingerprint. A damaged or mismatched cache file is renamed to ``<file>.bad``, ``warn`` (default:
+    ``warnings.warn``) gets one line naming it and the problem, and a fresh memory comes back."""
+    path = memory_cache_path(model, processor, method, k, name=name)
+    k = _resolve_k(method, k)
+    vocab = output_vocab_size(model)
+    fingerprint = tokenizer_fingerprint(processor if processor is not None else model)
+    fresh = TokenMemory(vocab, k=k, method=method, fingerprint=fingerprint)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a read-only cache: the memory still works, saving it will say why it cannot
+        pass
+    state = _file_state(path)
+    if state is None:
+        return CachedMemory(fresh, path)
+    try:
+        memory = load_memory(path, expected=processor if processor is not None else model)
+        problem = None
+        if memory.vocab_size != vocab:
+            problem = f"memory file {path} covers {memory.vocab_size} tokens but the model has {vocab} output logits"
+        elif memory.method != method or memory.k != k:
+            problem = f"memory file {path} holds a {memory.method} memory with k={memory.k}, not {method} k={k}"
+    except MemoryFileError as exc:
+        problem = str(exc)
+    if problem is None:
+        return CachedMemory(memory, path)
+    bad = path.with_name(path.name + ".bad")
+    if _file_state(path) == state:
+        try:
+            os.replace(path, bad)
+            where = f"moved it to {bad.name}"
+        except OSError as exc:
+            where = f"could not move it aside ({exc.strerror or exc})"
+    else:  # another process has just written a new file there: leave it
+        where = "left it (it changed meanwhile)"
+    (warn or _warn)(f"{problem}; {where} and started with a fresh memory")
+    return CachedMemory(fresh, path)
