@@ -6,7 +6,7 @@ VLLM_VENV := .venv-vllm
 # vLLM's CPU build runs speculative steps much faster with the Intel OpenMP it ships
 VLLM_RUN := LD_PRELOAD=$(abspath $(VLLM_VENV))/lib/libiomp5.so $(VLLM_VENV)/bin/python
 
-.PHONY: bench bench-full bench-vllm test test-vllm lint overhead
+.PHONY: bench bench-full bench-vllm test test-vllm lint overhead gpu-check
 
 $(VENV)/.installed: pyproject.toml scripts/setup-venv.sh
 	bash scripts/setup-venv.sh
@@ -48,3 +48,9 @@ lint: $(VENV)/.installed
 # Host-side overhead of one RECAP step (63-node tree, k = 8), without a model.
 overhead: $(VENV)/.installed
 	$(BIN)/python benchmarks/host_overhead.py
+
+# The checks for a GPU machine, with its own python3 (no venv: the device machine has torch and transformers
+# preinstalled): lossless tests on CUDA, benches of both embedded models and the 7B shape in bf16, verify cost
+# per tree size, one markdown report (gpu_check_out/gpu_check.md). Without CUDA it runs its CPU-safe parts.
+gpu-check:
+	PYTHONPATH=src:. python3 -m tools.gpu_check
