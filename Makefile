@@ -49,8 +49,10 @@ lint: $(VENV)/.installed
 overhead: $(VENV)/.installed
 	$(BIN)/python benchmarks/host_overhead.py
 
-# The checks for a GPU machine, with its own python3 (no venv: the device machine has torch and transformers
-# preinstalled): lossless tests on CUDA, benches of both embedded models and the 7B shape in bf16, verify cost
-# per tree size, one markdown report (gpu_check_out/gpu_check.md). Without CUDA it runs its CPU-safe parts.
+# The checks for a GPU machine: lossless tests on CUDA, benches of both embedded models and the 7B shape in
+# bf16, verify cost per tree size, one markdown report (gpu_check_out/gpu_check.md). Without CUDA it runs its
+# CPU-safe parts. It uses .venv where there is one, else the machine's python3 (the device machine has torch
+# and transformers preinstalled and builds no venv).
+GPU_CHECK_PYTHON := $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 gpu-check:
-	PYTHONPATH=src:. python3 -m tools.gpu_check
+	PYTHONPATH=src:. $(GPU_CHECK_PYTHON) -m tools.gpu_check
