@@ -110,7 +110,7 @@ def _file_state(path: Path) -> tuple[int, int, int] | None:
 
 
 def _warn(message: str) -> None:
-    warnings.warn(message, RuntimeWarning, stacklevel=3)
+    warnings.warn(message, RuntimeWarning, stacklevel=4)  # the caller of cached_memory
 
 
 def cached_memory(
@@ -135,11 +135,20 @@ def cached_memory(
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError:  # a read-only cache: the memory still works, saving it will say why it cannot
         pass
+    return CachedMemory(open_or_fresh(path, fresh, processor if processor is not None else model, warn), path)
+
+
+def open_or_fresh(path: Path, fresh: TokenMemory, expected: Any = None, warn: Callable[[str], None] | None = None):
+    """The memory saved at ``path`` if it is a valid memory like ``fresh`` (vocabulary, method, k;
+    ``expected``: the model or tokenizer it must fit), else ``fresh``. A damaged or mismatched file is
+    renamed to ``<file>.bad`` and ``warn`` (default: ``warnings.warn``) gets one line naming it and
+    the problem: never a failure. (The CLI's cache file and a vLLM server's snapshot use this.)"""
     state = _file_state(path)
     if state is None:
-        return CachedMemory(fresh, path)
+        return fresh
+    vocab, method, k = fresh.vocab_size, fresh.method, fresh.k
     try:
-        memory = load_memory(path, expected=processor if processor is not None else model)
+        memory = load_memory(path, expected=expected)
         problem = None
         if memory.vocab_size != vocab:
             problem = f"memory file {path} covers {memory.vocab_size} tokens but the model has {vocab} output logits"
@@ -148,7 +157,7 @@ def cached_memory(
     except MemoryFileError as exc:
         problem = str(exc)
     if problem is None:
-        return CachedMemory(memory, path)
+        return memory
     bad = path.with_name(path.name + ".bad")
     if _file_state(path) == state:
         try:
@@ -159,4 +168,4 @@ def cached_memory(
     else:  # another process has just written a new file there: leave it
         where = "left it (it changed meanwhile)"
     (warn or _warn)(f"{problem}; {where} and started with a fresh memory")
-    return CachedMemory(fresh, path)
+    return fresh

@@ -130,6 +130,38 @@ def test_a_memory_file_warms_a_new_engine(tmp_path, monkeypatch) -> None:
         bench._free_engine()
 
 
+def test_a_server_snapshot_restarts_warm_and_a_damaged_one_starts_cold(tmp_path, monkeypatch) -> None:
+    """RECAP_VLLM_SNAPSHOT: a damaged file is moved aside and the engine starts cold (never fails);
+    the engine saves its memory there (here after every step, in the background); the next engine
+    starts from it, warm, with the same output."""
+    path = recap.vllm.model_path("tiny-qwen2.5-vl")
+    prompts = bench.prompts_for(path, suite_requests("all", 1, 3))
+    snapshot = tmp_path / "server.safetensors"
+    snapshot.write_bytes(b"not a memory file")
+    monkeypatch.setenv("RECAP_VLLM_SNAPSHOT", str(snapshot))
+    monkeypatch.setenv("RECAP_VLLM_SNAPSHOT_SECONDS", "0")
+    llm, proposer = _engine(path, "recap")
+    try:
+        assert (tmp_path / "server.safetensors.bad").read_bytes() == b"not a memory file"
+        assert proposer.memory.rows_filled == 0  # cold
+        first = bench.generate(llm, prompts, LENGTHS, 8)
+        cold = bench.spec_counters(llm)["num_accepted_tokens"]
+        assert proposer.snapshots.saves >= 1  # the periodic snapshots ran
+        proposer.snapshots.save(proposer.memory)  # the last one, as at exit
+        rows = proposer.memory.rows_filled
+    finally:
+        del llm
+        bench._free_engine()
+    llm, proposer = _engine(path, "recap")
+    try:
+        assert rows > 0 and proposer.memory.rows_filled == rows  # restarted from the snapshot
+        assert bench.generate(llm, prompts, LENGTHS, 8) == first
+        assert bench.spec_counters(llm)["num_accepted_tokens"] > cold  # warm from the first request
+    finally:
+        del llm
+        bench._free_engine()
+
+
 def test_the_proposer_refuses_a_vllm_version_the_tap_was_not_checked_against(monkeypatch) -> None:
     from vllm.engine.arg_utils import EngineArgs
 

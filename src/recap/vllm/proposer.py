@@ -19,6 +19,8 @@ calibration) is one ``TokenMemory`` shared by every request the engine serves.
 Settings (environment variables, read when the engine creates the proposer, since vLLM's
 speculative config takes no extra fields):
 ``RECAP_VLLM_MEMORY`` a memory file (``TokenMemory.save`` / ``recap memory``) to start from;
+``RECAP_VLLM_SNAPSHOT`` the server's own memory file, read at start and saved every
+``RECAP_VLLM_SNAPSHOT_SECONDS`` (300) and at exit (``recap.vllm.snapshot``);
 ``RECAP_VLLM_MIN_PROB`` (default 0.1) the chain's cut-off; ``RECAP_VLLM_NODES`` (default 32)
 the nodes of the tree the chain is chosen from; ``RECAP_VLLM_MEMORY_SCOPE``: ``shared`` (the
 default: one token memory for every request, what a server wants) or ``request`` (each request
@@ -151,9 +153,20 @@ class RecapProposer:
             k=TOPK, node_budget=max(nodes, self.k), max_depth=max(depth, self.k), adaptive_budget=False,
             seed_from_prefill=False,
         )  # fmt: skip
+        self.snapshots = None
+        snapshot = os.environ.get("RECAP_VLLM_SNAPSHOT")
+        if snapshot:
+            from .snapshot import DEFAULT_SECONDS, Snapshots
+
+            self.snapshots = Snapshots(snapshot, _env_float("RECAP_VLLM_SNAPSHOT_SECONDS", DEFAULT_SECONDS))
         if memory is None:
             path = os.environ.get("RECAP_VLLM_MEMORY")
-            memory = TokenMemory.load(path) if path else TokenMemory(self.vocab_size, k=TOPK, method="recap")
+            if path:
+                memory = TokenMemory.load(path)  # a file the user names: a bad one is an error
+            elif self.snapshots is not None:
+                memory = self.snapshots.open(self.vocab_size, TOPK)  # the server's own: a bad one starts cold
+            else:
+                memory = TokenMemory(self.vocab_size, k=TOPK, method="recap")
         if memory.vocab_size != self.vocab_size or memory.k < TOPK or memory.method != "recap":
             raise ValueError(
                 f"the RECAP memory covers {memory.vocab_size} tokens with k={memory.k} ({memory.method}); this "
@@ -261,6 +274,8 @@ class RecapProposer:
     ) -> list[list[int]]:
         """Learn from this step's rows, then draft: 0..k tokens per batch row."""
         self.stats.steps += 1
+        if self.snapshots is not None and self.memory_scope == "shared":
+            self.snapshots.maybe_save(self.memory)
         out: list[list[int]] = []
         for i, sampled in enumerate(sampled_token_ids):
             req_id = self._req_ids[i] if i < len(self._req_ids) else None
