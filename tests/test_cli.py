@@ -34,12 +34,7 @@ METHODS = ("recap", "token_recycling", "pld", "ar")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Tiny llama (text only) and llava_next (image + text) saved as model folders, plus a PNG."""
     root = tmp_path_factory.mktemp("cli_models")
-    out = {}
-    for arch in ("llama", "llava_next"):
-        model, processor = tiny_models.build(arch)
-        model.save_pretrained(root / arch)
-        processor.save_pretrained(root / arch)
-        out[arch] = root / arch
+    out = tiny_models.save_folders(root)
     out["image"] = root / "image.png"
     Image.new("RGB", (40, 30), (200, 40, 10)).save(out["image"])
     return out

@@ -29,12 +29,7 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("cache_models")
-    out = {}
-    for arch in ("llama", "llava_next"):
-        model, processor = tiny_models.build(arch)
-        model.save_pretrained(root / arch)
-        processor.save_pretrained(root / arch)
-        out[arch] = root / arch
+    out = tiny_models.save_folders(root)
     out["copy"] = root / "llava_next_copy"  # the same weights and tokenizer in another folder
     shutil.copytree(out["llava_next"], out["copy"])
     return out

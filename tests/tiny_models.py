@@ -222,3 +222,14 @@ def build(arch: str):
     """(model, processor_or_tokenizer) of a tiny random ``arch`` model, float32, on ``RECAP_TEST_DEVICE``."""
     model, processor = BUILDERS[arch]()
     return model.to(DEVICE), processor
+
+
+def save_folders(root, archs=("llama", "llava_next")) -> dict:
+    """Each tiny ``arch`` model and its processor saved as a model folder under ``root``: {arch: folder}."""
+    out = {}
+    for arch in archs:
+        model, processor = build(arch)
+        model.save_pretrained(root / arch)
+        processor.save_pretrained(root / arch)
+        out[arch] = root / arch
+    return out
