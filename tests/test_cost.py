@@ -131,3 +131,24 @@ def test_choose_stays_within_the_tree_built() -> None:
     for _ in range(50):
         assert cost.choose(np.cumsum(np.ones(10))) <= 10
         assert cost.choose(np.ones(1)) == 1
+
+
+def test_exploration_takes_a_bounded_share_of_the_time() -> None:
+    """Where the plain step is the fastest (a weak drafter on the 0.36B curve, where every tree
+    costs 1.6 plain steps or more), the forced sizes of exploration and sweeps cost at most
+    ``explore_share`` of the time beyond the start-up probes; they still happen, so the costs stay
+    current."""
+    curve = {1: 0.111, 2: 0.211, 3: 0.2, 4: 0.187, 6: 0.185, 8: 0.180, 12: 0.2, 16: 0.225, 24: 0.33, 32: 0.4,
+             48: 0.45, 64: 0.473}  # fmt: skip
+    weak = np.cumsum(np.concatenate([[1.0], 0.2 * 0.5 ** np.arange(63)]))
+    cost = StepCost(64, explore_share=0.005)
+    chosen = []
+    for _ in range(3000):
+        size = cost.choose(weak)
+        chosen.append(size)
+        cost.record(size, float(np.interp(size, sorted(curve), [curve[s] for s in sorted(curve)])))
+    after_probes = chosen[10:]
+    seconds = [float(np.interp(s, sorted(curve), [curve[s] for s in sorted(curve)])) for s in after_probes]
+    overhead = sum(seconds) / (len(after_probes) * curve[1]) - 1
+    assert 0 < overhead <= 0.006, overhead
+    assert sum(s > 1 for s in after_probes) >= 5  # forced sizes still measured now and then

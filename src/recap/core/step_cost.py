@@ -15,13 +15,15 @@ filled with more drafts up to a bigger size that verifies faster: on two cores a
 can cost more than an 8-row one), interpolated between measured sizes, and extrapolated along
 the slope of the last two beyond the largest size measured.
 
-Exploration has a bounded price. The first calls probe the ladder upwards from the plain step, each
-size 4 times the last, and stop at the first size that costs more than ``max_gain`` plain steps: no
-tree is expected to commit that many tokens, so nothing larger can pay (on a GPU, where a big tree
-costs about what a plain step does, the probes climb the whole ladder). After that every
-``explore_every``-th call runs a neighbour of the last size picked (alternately smaller and larger)
-and every ``sweep_every``-th call the next size of a sweep over the sizes worth trying, so that
-costs stay current while the choice follows the drafter's confidence step by step.
+Exploration has a bounded price: the forced sizes take at most ``explore_share`` of the time
+beyond what the size last picked would have taken (by their median step times). The first calls
+probe the ladder upwards from the plain step, each size 4 times the last, and stop at the first
+size that costs more than ``max_gain`` plain steps: no tree is expected to commit that many
+tokens, so nothing larger can pay (on a GPU, where a big tree costs about what a plain step does,
+the probes climb the whole ladder). After that every ``explore_every``-th call runs a neighbour of
+the last size picked (alternately smaller and larger) and every ``sweep_every``-th call the next
+size of a sweep over the sizes worth trying, so that costs stay current while the choice follows
+the drafter's confidence step by step.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class StepCost:
         explore_every: int = 16,
         sweep_every: int = 64,
         max_gain: float = 4.0,
+        explore_share: float = 0.02,
     ) -> None:
         if max_nodes < 1:
             raise ValueError(f"a tree has at least 1 node, got max_nodes={max_nodes}")
@@ -64,6 +67,9 @@ class StepCost:
         self.explore_every = explore_every
         self.sweep_every = sweep_every
         self.max_gain = max_gain
+        self.explore_share = explore_share
+        self._spent = 0.0  # estimated seconds forced sizes cost beyond the size the rule last picked
+        self._total = 0.0  # seconds of all steps recorded
         self._times = [deque(maxlen=window) for _ in self.sizes]
         self._dense: np.ndarray | None = None  # dense(), refreshed after every few records
         self._fresh = 0  # records since the last refresh
@@ -107,6 +113,7 @@ class StepCost:
         with self._lock:
             self._times[self.bucket(nodes)].append(seconds)
             self._fresh += 1
+            self._total += seconds
 
     def measured(self) -> dict[int, float]:
         """Median seconds of each size measured so far."""
@@ -162,14 +169,31 @@ class StepCost:
                 self._last_probe = probing
             if more:
                 return self.sizes[probing]
+        forced = None
         if self.sweep_every and call % self.sweep_every == 0:
-            return self.sizes[(call // self.sweep_every) % (self.worth_trying() + 1)]
-        if self.explore_every and call % self.explore_every == 0:
+            forced = self.sizes[(call // self.sweep_every) % (self.worth_trying() + 1)]
+        elif self.explore_every and call % self.explore_every == 0:
             top = self.worth_trying()
             affordable = top - 1 if top > 0 and self._dear(top) else top  # never explore a size known too dear
             at = self.bucket(last) + (-1 if (call // self.explore_every) % 2 else 1)
-            return self.sizes[min(max(at, 0), affordable)]
-        return None
+            forced = self.sizes[min(max(at, 0), affordable)]
+        if forced is None:
+            return None
+        excess = max(0.0, self._seconds(self.bucket(forced)) - self._seconds(self.bucket(last)))
+        with self._lock:
+            if self._spent + excess > self.explore_share * self._total:
+                return None  # exploring now would take more than its share of the time
+            self._spent += excess
+        return forced
+
+    def _seconds(self, index: int) -> float:
+        """What a step of ladder size ``index`` takes: its own median (a forced size runs at that size,
+        not filled up to a cheaper one), else the estimate of ``costs``."""
+        with self._lock:
+            times = self._times[index]
+            if times:
+                return statistics.median(times)
+        return float(self.costs()[index])
 
     def picked(self, size: int) -> None:
         """The drafter picked ``size`` (exploration looks around it)."""
