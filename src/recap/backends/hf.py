@@ -188,10 +188,12 @@ class HFTarget:
         self._pending = n
         return Verification(ids_and_greedy[:, 0], TopK(ids_and_greedy[:, 1:], probs), logits)
 
-    def _tree_mask(self, tree: DraftTree, depths: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
+    def _tree_mask(self, tree: DraftTree, depths: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor] | None:
         """Additive [1, 1, N, L + N] mask: a node sees the committed prefix and its ancestors
         (within its layers' window); one per attention kind, keyed by layer type if several."""
         n, length, device = len(tree), self.length, self.device
+        if n == 1 and not self.support.by_type and self.support.kinds[0].window is None:
+            return None  # a plain step sees the whole cache: the model's own mask, as in generate's decode steps
         not_ancestor = torch.from_numpy(~tree.ancestor_mask()).to(device)
         if not self.support.by_type and self.support.kinds[0].window is None:  # the common case: one full mask
             mask = torch.zeros((1, 1, n, length + n), dtype=self.dtype, device=device)
