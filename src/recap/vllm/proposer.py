@@ -152,7 +152,7 @@ class RecapProposer:
         _show_logs()
         spec = vllm_config.speculative_config
         model_config = vllm_config.model_config
-        self.k = int(spec.num_speculative_tokens)
+        self.num_spec_tokens = self.k = int(spec.num_speculative_tokens)
         self.tree_nodes = 0  # > 0: this engine verifies trees of up to this many nodes
         self.tree_reason: str | None = None  # why it does not (then it drafts chains)
         depth = self.k
@@ -263,6 +263,12 @@ class RecapProposer:
         num_reqs = batch.num_reqs
         self._req_ids = list(batch.req_ids[:num_reqs])
         self._live = runner.requests
+        # vLLM does not call the proposer, and gives every request of the batch num_speculative_tokens zeros as its
+        # drafts, once the batch's longest sequence plus num_speculative_tokens passes the drafter's max_model_len
+        # (a draft model's positions must fit). RECAP runs no model and stops its drafts at max_model_len itself.
+        limit = self.max_model_len + self.num_spec_tokens
+        if getattr(runner, "effective_drafter_max_model_len", limit) < limit:
+            runner.effective_drafter_max_model_len = limit
         with torch.inference_mode():
             probs, ids = torch.softmax(logits.float(), dim=-1).topk(TOPK, dim=-1)  # [rows, K]
             probs, ids = probs.cpu().numpy(), ids.cpu().numpy()
