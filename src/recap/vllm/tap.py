@@ -1,4 +1,4 @@
-"""The logits tap: the one patch recap makes to vLLM, for the vLLM versions it was checked on.
+"""The logits tap: the patch recap makes to vLLM's runner, for the vLLM versions it was checked on.
 
 vLLM hands a custom proposer the committed tokens, never the target's logits. RECAP learns
 from the target's top-k at every verified position, rejected drafts included, and in vLLM
@@ -12,6 +12,11 @@ the proposer first reads those rows (``RecapProposer.tap``: top-k, row tokens, r
 and then the original ``_sample`` runs on the untouched logits. Nothing else changes, and
 any other drafter runs exactly as before. It refuses vLLM versions outside ``SUPPORTED``:
 the private method and the row layout it relies on may change between releases.
+
+It also wraps ``GPUModelRunner._on_request_state_removed`` (vLLM's hook for request-scoped
+caches, called when the runner frees a finished or aborted request's state, on the next step
+even when that step runs no model) so that the proposer frees its state of the request then
+(``RecapProposer.recap_forget``) and not only when a later step drafts.
 
 It also works around a vLLM 0.32 CPU start-up failure (``_fix_kernel_scan``), see there.
 """
@@ -98,7 +103,8 @@ def prepare() -> None:
 
 
 def install() -> None:
-    """Wrap ``GPUModelRunner._sample`` once (idempotent); refuses unsupported vLLM versions."""
+    """Wrap ``GPUModelRunner._sample`` and ``_on_request_state_removed`` once (idempotent); refuses
+    unsupported vLLM versions."""
     version = check_version()
     _fix_kernel_scan()
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
@@ -115,10 +121,21 @@ def install() -> None:
             tap(self, logits, spec_decode_metadata)  # reads the rows; the logits are not modified
         return original(self, logits, spec_decode_metadata)
 
+    removed = GPUModelRunner._on_request_state_removed
+
+    @functools.wraps(removed)
+    def _on_request_state_removed(self, req_id, req_state):
+        forget = getattr(getattr(self, "drafter", None), "recap_forget", None)
+        if forget is not None:
+            forget(req_id)
+        return removed(self, req_id, req_state)
+
     _sample._recap_tap = True
     GPUModelRunner._sample = _sample
+    GPUModelRunner._on_request_state_removed = _on_request_state_removed
     logger.warning(
         "recap.vllm: wrapped vllm.v1.worker.gpu_model_runner.GPUModelRunner._sample (vLLM %s) so that the RECAP "
-        "proposer reads the top-k of every verified row; sampling itself is unchanged",
+        "proposer reads the top-k of every verified row, and _on_request_state_removed so that it frees a request's "
+        "state with vLLM's; sampling itself is unchanged",
         version,
     )
