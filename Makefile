@@ -6,7 +6,7 @@ VLLM_VENV := .venv-vllm
 # vLLM's CPU build runs speculative steps much faster with the Intel OpenMP it ships
 VLLM_RUN := LD_PRELOAD=$(abspath $(VLLM_VENV))/lib/libiomp5.so $(VLLM_VENV)/bin/python
 
-.PHONY: bench bench-full bench-vllm test test-vllm lint overhead gpu-check
+.PHONY: bench bench-full bench-vllm bench-vllm-restart test test-vllm lint overhead gpu-check
 
 $(VENV)/.installed: pyproject.toml scripts/setup-venv.sh
 	bash scripts/setup-venv.sh
@@ -38,6 +38,14 @@ test-vllm: $(VLLM_VENV)/.installed
 # RECAP vs vLLM's ngram and suffix methods inside vLLM, both embedded models (the README's table)
 bench-vllm: $(VLLM_VENV)/.installed
 	$(VLLM_RUN) -m recap.vllm.bench --samples 5 --max-tokens 200 --batch 1,8 -k 4 --out bench_out/vllm
+
+# A server restarted from its RECAP snapshot against the same server kept running, both embedded models
+# (docs/vllm.md, "A restart from the snapshot, measured")
+bench-vllm-restart: $(VLLM_VENV)/.installed
+	for m in tiny-qwen2.5-vl tiny-llava-next; do \
+	  $(VLLM_RUN) -m recap.vllm.restart_bench --model $$m --samples 5 --max-tokens 200 --batch 1,8 \
+	    --out bench_out/vllm-restart-$$m || exit 1; \
+	done
 
 # ruff, and the import contracts of pyproject.toml's [tool.importlinter] (layers, no circles)
 lint: $(VENV)/.installed

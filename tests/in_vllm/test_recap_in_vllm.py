@@ -162,6 +162,31 @@ def test_a_server_snapshot_restarts_warm_and_a_damaged_one_starts_cold(tmp_path,
         bench._free_engine()
 
 
+def test_a_server_restarted_from_its_snapshot_drafts_as_the_one_kept_running(tmp_path) -> None:
+    """issue #31 on a small set (``recap.vllm.restart_bench``): after a warm-up stream, the engine
+    kept running (a) and one restarted from the snapshot taken then (b) serve the next requests with
+    the same tokens per forward (within 5%; here the same counters), more than a cold restart (c);
+    one from a damaged snapshot (d) starts cold with one warning line; every output vLLM's own."""
+    from recap.vllm import restart_bench
+
+    path = recap.vllm.model_path("tiny-qwen2.5-vl")
+    warmup = bench.prompts_for(path, suite_requests("all", 1, 4))
+    measured = bench.prompts_for(path, suite_requests("all", 1, 5))
+    lengths = (LENGTHS, LENGTHS)
+    reference = restart_bench.reference_outputs(path, warmup, measured, lengths, 8)
+    r = restart_bench.run_mode(path, "chain", 8, 4, 32, warmup, measured, lengths, reference, tmp_path)
+    assert [r[key]["match"] for key in ("warmup", "a", "b", "c")] == [1.0] * 4 and r["b_equals_a"]
+    rows, context_rows = r["snapshot"]["rows"], r["snapshot"]["context_rows"]
+    assert rows > 0 and r["snapshot"]["restored"] == [rows, context_rows] and r["snapshot"]["saves_in_a"] == 1
+    assert 0.95 <= r["b_over_a"] <= 1.05
+    assert r["b_counts_equal_a"], "the restarted engine drafted differently: the snapshot lost some of A's state"
+    assert r["c"]["tokens_per_forward"] < r["a"]["tokens_per_forward"], "the warm-up taught nothing: no power"
+    damaged = r["damaged"]  # D: the snapshot cut in half starts cold, as C, with one line saying so
+    assert r["d"]["match"] == 1.0 and damaged["cold_start"] and damaged["moved_aside"] and damaged["d_counts_equal_c"]
+    assert [line for line in damaged["warnings"] if "snapshot" in line] == damaged["warnings"]
+    assert len(damaged["warnings"]) == 1 and "started with a fresh memory" in damaged["warnings"][0]
+
+
 def test_the_proposer_refuses_a_vllm_version_the_tap_was_not_checked_against(monkeypatch) -> None:
     from vllm.engine.arg_utils import EngineArgs
 
