@@ -5,6 +5,8 @@ those rows are the target's real predictions."""
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pytest
 import torch
@@ -14,6 +16,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed here (bash scripts/set
 import recap.vllm  # noqa: E402
 from recap import zoo  # noqa: E402
 from recap.bench.workloads import Request, suite_requests  # noqa: E402
+from recap.core.memory import TokenMemory  # noqa: E402
 from recap.vllm import bench  # noqa: E402
 from recap.vllm.proposer import RecapProposer  # noqa: E402
 
@@ -160,6 +163,34 @@ def test_a_server_snapshot_restarts_warm_and_a_damaged_one_starts_cold(tmp_path,
     finally:
         del llm
         bench._free_engine()
+
+
+def test_the_snapshot_is_saved_when_the_engine_shuts_down(tmp_path, monkeypatch) -> None:
+    """An engine freed before its process ends (no periodic snapshot due yet) saves its memory as it
+    goes: the file holds the memory's last state (it was not saved when only a process exit did it)."""
+    path = recap.vllm.model_path("tiny-qwen2.5-vl")
+    snapshot = tmp_path / "server.safetensors"
+    monkeypatch.setenv("RECAP_VLLM_SNAPSHOT", str(snapshot))
+    monkeypatch.delenv("RECAP_VLLM_SNAPSHOT_SECONDS", raising=False)  # every 300 s: none in this test
+    before = set(map(id, recap.vllm.live_proposers()))
+    # the engine is made here, not in ``_engine``: the first engine of a process is made while vLLM imports, and
+    # frames of that import stay referenced (with their callers' frames), so a helper's local would keep it
+    llm = bench.make_llm(path, "recap", k=4)
+    proposer = next(p for p in recap.vllm.live_proposers() if id(p) not in before)
+    try:
+        bench.generate(llm, bench.prompts_for(path, suite_requests("all", 1, 6)), LENGTHS, 8)
+        last = proposer.memory.snapshot()
+        saved_before = (proposer.snapshots.saves, snapshot.exists())  # not asserted here: that keeps `proposer`
+        gone = weakref.ref(proposer)
+    finally:
+        del llm, proposer
+        bench._free_engine()
+    assert saved_before == (0, False)
+    assert gone() is None, "the engine's proposer outlived the engine"
+    saved = TokenMemory.load(snapshot).snapshot()
+    assert last["filled"].sum() > 0 and saved.keys() == last.keys()
+    for name, array in last.items():
+        np.testing.assert_array_equal(saved[name], array, err_msg=name)
 
 
 def test_a_server_restarted_from_its_snapshot_drafts_as_the_one_kept_running(tmp_path) -> None:

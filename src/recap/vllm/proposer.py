@@ -22,7 +22,7 @@ Settings (environment variables, read when the engine creates the proposer, sinc
 speculative config takes no extra fields):
 ``RECAP_VLLM_MEMORY`` a memory file (``TokenMemory.save`` / ``recap memory``) to start from;
 ``RECAP_VLLM_SNAPSHOT`` the server's own memory file, read at start and saved every
-``RECAP_VLLM_SNAPSHOT_SECONDS`` (300) and at exit (``recap.vllm.snapshot``);
+``RECAP_VLLM_SNAPSHOT_SECONDS`` (300) and at shutdown (``recap.vllm.snapshot``);
 ``RECAP_VLLM_MIN_PROB`` (default 0.1) the chain's cut-off; ``RECAP_VLLM_NODES`` (default 32)
 the nodes of the tree the chain is chosen from; ``RECAP_VLLM_MEMORY_SCOPE``: ``shared`` (the
 default: one token memory for every request, what a server wants) or ``request`` (each request
@@ -40,6 +40,7 @@ verified node. ``RECAP_VLLM_TREE_DEPTH`` (default 10) bounds the tree's depth,
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import threading
 import weakref
@@ -199,6 +200,15 @@ class RecapProposer:
         self.memory_scope = os.environ.get("RECAP_VLLM_MEMORY_SCOPE") or "shared"
         if self.memory_scope not in ("shared", "request"):
             raise ValueError(f"RECAP_VLLM_MEMORY_SCOPE={self.memory_scope!r}: choose shared or request")
+        if self.snapshots is not None and self.memory_scope == "shared":
+            self.snapshots.save_at_shutdown(self, memory)
+            if multiprocessing.parent_process() is not None and not getattr(vllm_config, "shutdown_timeout", 0):
+                logger.warning(
+                    "recap.vllm snapshot: this engine runs in a child process and vLLM's shutdown_timeout is 0: "
+                    "`vllm serve` kills that process right after its stop signal, before the save at shutdown; "
+                    "start the server with --shutdown-timeout 10 (or more), else a stop keeps the last periodic "
+                    "snapshot (every %.0f s)", self.snapshots.seconds,
+                )  # fmt: skip
         self.stats = ProposerStats()
         ready = kernels.ensure_ready()  # at engine start, not in the middle of a request
         logger.info("RECAP drafting kernels ready in %.1f s (numba: compiled once per machine, cached)", ready)

@@ -5,7 +5,7 @@ On one model, for RECAP's chain (``-k``) and tree mode (``--tree``), with the re
 ``recap.vllm.bench`` (the suite, greedy, float32), ``batch`` at a time:
 
 - engine A (``RECAP_VLLM_SNAPSHOT`` set) serves the warm-up stream W (the suite's requests at
-  ``--warmup-seed``, in order), then its snapshot is saved, the call the exit hook makes
+  ``--warmup-seed``, in order), then its snapshot is saved, the call the save at shutdown makes
   (``Snapshots.save``), and A serves the measured requests R (the suite at ``--seed``): **a**;
 - engine B starts from that snapshot (taken after W, before R: a copy, so A's later saves do not
   touch it) and serves R: **b**, a server restarted between W and R;
@@ -116,7 +116,7 @@ def run_mode(
     try:
         assert proposer is not None and proposer.snapshots is not None, "engine A has no RECAP snapshot"
         warm = bench.measure(llm, warmup, lengths[0], batch)
-        proposer.snapshots.save(proposer.memory)  # what the exit hook does (Snapshots._at_exit)
+        proposer.snapshots.save(proposer.memory)  # what the save at shutdown does (Snapshots._last_save)
         shutil.copyfile(live, restart)
         rows = proposer.memory.rows_filled
         context_rows = proposer.memory.context_rows

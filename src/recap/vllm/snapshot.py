@@ -8,13 +8,14 @@ engine starts.
 - While serving: at most every ``RECAP_VLLM_SNAPSHOT_SECONDS`` (default 300), from the step that
   passes the mark, in a background thread (the snapshot of the arrays is taken under the memory's
   lock; the write is atomic: a crash leaves the previous file).
-- At exit: once more when the Python process ends normally (``atexit``); a killed process keeps
-  its last periodic snapshot.
+- At shutdown: once more when the engine is freed or the Python process ends normally, whichever
+  comes first (``weakref.finalize`` on the proposer); a killed process keeps its last periodic
+  snapshot. ``vllm serve`` kills its engine process right after its stop signal unless it was
+  started with ``--shutdown-timeout N`` (N > 0): a server's exit save needs that.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import threading
@@ -42,8 +43,7 @@ class Snapshots:
         self._last = time.monotonic()
         self._writing = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._memory: weakref.ReferenceType[TokenMemory] | None = None
-        atexit.register(self._at_exit)
+        self._final: weakref.finalize | None = None
 
     def open(self, vocab_size: int, k: int) -> TokenMemory:
         """The memory to serve with: the file's, or a fresh one (see the module docstring)."""
@@ -51,8 +51,12 @@ class Snapshots:
         memory = open_or_fresh(self.path, fresh, warn=lambda line: logger.warning("recap.vllm snapshot: %s", line))
         if memory is not fresh:
             logger.info("recap.vllm snapshot: started from %s (%d rows)", self.path, memory.rows_filled)
-        self._memory = weakref.ref(memory)
         return memory
+
+    def save_at_shutdown(self, owner: object, memory: TokenMemory) -> None:
+        """Save ``memory`` once more when ``owner`` (the proposer) is freed or the process exits
+        normally, whichever comes first (the finalizer holds the memory, not the owner)."""
+        self._final = weakref.finalize(owner, self._last_save, memory)
 
     def due(self) -> bool:
         return time.monotonic() - self._last >= self.seconds
@@ -75,9 +79,10 @@ class Snapshots:
             except (OSError, ValueError) as exc:
                 logger.warning("recap.vllm snapshot: could not save %s: %s", self.path, exc)
 
-    def _at_exit(self) -> None:
-        memory = self._memory() if self._memory is not None else None
+    def _last_save(self, memory: TokenMemory) -> None:
         if self._thread is not None:
             self._thread.join(timeout=30)
-        if memory is not None:
-            self.save(memory)
+        saves = self.saves
+        self.save(memory)
+        if self.saves > saves:
+            logger.info("recap.vllm snapshot: saved %s at shutdown (%d rows)", self.path, memory.rows_filled)
