@@ -32,11 +32,12 @@ acceptance per verified token is what carries over.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,15 +107,37 @@ def make_llm(
         max_num_seqs=max_num_seqs, max_num_batched_tokens=1024, disable_log_stats=False, seed=0,
     )  # fmt: skip
     settings.update(kwargs)
-    scope = os.environ.get("RECAP_VLLM_MEMORY_SCOPE")
-    os.environ["RECAP_VLLM_MEMORY_SCOPE"] = "request" if memory == "cold" else "shared"
-    try:  # read when the engine creates the proposer, in this process
+    # read when the engine creates the proposer, in this process
+    with environment(RECAP_VLLM_MEMORY_SCOPE="request" if memory == "cold" else "shared"):
         return LLM(model=str(path), speculative_config=speculative(method, k, memory, tree), **settings)
+
+
+def _set_env(key: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(key, None)
+    else:
+        os.environ[key] = value
+
+
+@contextlib.contextmanager
+def environment(**values: str | None) -> Iterator[None]:
+    """Environment variables set (None: unset) for the block, restored after it."""
+    old = {key: os.environ.get(key) for key in values}
+    try:
+        for key, value in values.items():
+            _set_env(key, value)
+        yield
     finally:
-        if scope is None:
-            os.environ.pop("RECAP_VLLM_MEMORY_SCOPE")
-        else:
-            os.environ["RECAP_VLLM_MEMORY_SCOPE"] = scope
+        for key, value in old.items():
+            _set_env(key, value)
+
+
+def write_results(out: Path, stem: str, results: list[Any], text: str) -> None:
+    """``out/stem.json`` (the results) and ``out/stem.md`` (their markdown), and a line saying so."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / f"{stem}.md").write_text(text + "\n")
+    print(f"wrote {out}/{stem}.json and {stem}.md", file=sys.stderr)
 
 
 def prompts_for(path: str | os.PathLike, requests: Sequence[Any]) -> list[dict[str, Any]]:
@@ -325,10 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(results)
     print(text)
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-        (args.out / "results.md").write_text(text + "\n")
-        print(f"wrote {args.out}/results.json and results.md", file=sys.stderr)
+        write_results(args.out, "results", results, text)
     return 0
 
 

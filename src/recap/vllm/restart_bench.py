@@ -25,11 +25,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
-import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -39,25 +36,6 @@ from . import bench
 
 MODES = {"chain": "recap", "tree": "recap-tree"}
 NO_PERIODIC_SAVES = "1e12"  # seconds between snapshots: none while the bench runs
-
-
-@contextlib.contextmanager
-def _env(**values: str | None) -> Iterator[None]:
-    """Environment variables set (None: unset) while an engine is created."""
-    old = {key: os.environ.get(key) for key in values}
-    try:
-        for key, value in values.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        yield
-    finally:
-        for key, value in old.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @contextlib.contextmanager
@@ -82,7 +60,9 @@ def _engine(path: Path, method: str, k: int, batch: int, tree: int, snapshot: Pa
     from .proposer import live_proposers
 
     before = set(map(id, live_proposers()))
-    with _env(RECAP_VLLM_SNAPSHOT=None if snapshot is None else str(snapshot), RECAP_VLLM_SNAPSHOT_SECONDS=seconds):
+    with bench.environment(
+        RECAP_VLLM_SNAPSHOT=None if snapshot is None else str(snapshot), RECAP_VLLM_SNAPSHOT_SECONDS=seconds
+    ):
         llm = bench.make_llm(path, method, k, max_num_seqs=batch, memory="warm", tree=tree)
     proposer = next((p for p in live_proposers() if id(p) not in before), None)
     return llm, proposer
@@ -287,10 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(results)
     print(text)
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "restart.json").write_text(json.dumps(results, indent=2) + "\n")
-        (args.out / "restart.md").write_text(text + "\n")
-        print(f"wrote {args.out}/restart.json and restart.md", file=sys.stderr)
+        bench.write_results(args.out, "restart", results, text)
     return 0
 
 
