@@ -7,6 +7,7 @@ model's own forward with a 4-D mask, explicit positions and a cache recap owns.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import threading
 import weakref
@@ -19,7 +20,7 @@ from ..core.topk import TopK
 from ..core.tree import DraftTree
 from ..core.vocab import output_vocab_size
 from ..errors import UnsupportedModelError
-from . import Prefill, Verification
+from . import Prefill, Verification, grouped_sdpa
 from .capabilities import AttentionKind, TreeSupport, tree_support
 
 __all__ = ["HFTarget", "NOT_PROMPT_INPUTS", "check_supported", "output_vocab_size", "placeholder_ids"]
@@ -130,6 +131,9 @@ class HFTarget:
         # [R, 1, 1] (R rows of M-RoPE positions)
         self.position_base = torch.zeros((1, 1), dtype=torch.long, device=self.device)
         self._pending = 0
+        self._grouped = self.device.type == "cpu"  # trees with grouped KV heads skip repeat_kv (grouped_sdpa)
+        if self._grouped:
+            grouped_sdpa.install()
 
     def prefill(self, inputs: Mapping[str, torch.Tensor], positions: Sequence[int]) -> Prefill:
         """Run the prompt (and images); return the greedy first new token and the top-k at
@@ -176,10 +180,12 @@ class HFTarget:
         position_ids = self.position_base + (length + depths)  # [1, N] or [R, 1, N]
         with torch.inference_mode():
             mask = self._tree_mask(tree, depths)
-            out = self.model(
-                input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=True,
-                **{self.cache_kwarg: self.cache},
-            )  # fmt: skip
+            grouped = grouped_sdpa.grouped() if self._grouped and mask is not None else contextlib.nullcontext()
+            with grouped:
+                out = self.model(
+                    input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=True,
+                    **{self.cache_kwarg: self.cache},
+                )  # fmt: skip
             logits = out.logits[0]  # [N, V]
             greedy = logits.argmax(dim=-1)
             ids, probs = _topk(logits, self.k)
