@@ -225,6 +225,9 @@ def test_parse_methods_adds_reference() -> None:
     assert specs[2].config.node_budget == 15 and specs[2].config.adaptive_budget
     assert specs[3].config.fusion == "strict" and specs[3].config.suffix_tokens == 0
     assert not parse_methods("recap[budget=7]")[1].config.adaptive_budget  # a budget alone is fixed
+    assert parse_methods("recap[write=committed]")[1].config.write_scope == "committed"
+    with pytest.raises(ValueError, match="write_scope"):
+        parse_methods("recap[write=some]")
     with pytest.raises(ValueError, match="unknown method 'fast'.*recap\\[paper,budget=31\\]"):
         parse_methods("ar,fast")
     with pytest.raises(ValueError, match="recap\\[budget=x\\]: invalid literal"):

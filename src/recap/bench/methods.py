@@ -33,7 +33,8 @@ class MethodSpec:
 VARIANT_HELP = (
     "recap[OPTIONS], options comma-separated: paper (the paper's setting as the base), budget=N (a fixed "
     "budget of N nodes), adaptive (choose the size per step, at most the budget), hit-mass / calibrated "
-    "(scores), orders=1+2 (key lengths), fusion=entropy|fixed|strict, suffix=N, no-suffix, no-persistence, "
+    "(scores), orders=1+2 (key lengths), fusion=entropy|fixed|strict, suffix=N, no-suffix, write=committed|full-tree "
+    "(the rows learned: the accepted path's or every verified node's), no-persistence, "
     "no-fallback, no-persistent-context, persistent-context, fallback; e.g. recap[paper,budget=31]"
 )
 
@@ -66,6 +67,8 @@ def variant_config(options: str) -> RecapConfig:
                 changes["fusion"] = value
             elif key == "suffix":
                 changes["suffix_tokens"] = int(value)
+            elif key == "write":
+                changes["write_scope"] = value
             elif key == "no-suffix":
                 changes["suffix_tokens"] = 0
             elif key in ("no-persistence", "no-fallback", "no-persistent-context"):
