@@ -11,7 +11,7 @@ import contextlib
 import inspect
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -20,7 +20,7 @@ from ..core.topk import TopK
 from ..core.tree import DraftTree
 from ..core.vocab import output_vocab_size
 from ..errors import UnsupportedModelError
-from . import Prefill, Verification, grouped_sdpa
+from . import Prefill, Verification, few_row_linear, grouped_sdpa
 from .capabilities import AttentionKind, TreeSupport, tree_support
 
 __all__ = ["HFTarget", "NOT_PROMPT_INPUTS", "check_supported", "output_vocab_size", "placeholder_ids"]
@@ -131,9 +131,12 @@ class HFTarget:
         # [R, 1, 1] (R rows of M-RoPE positions)
         self.position_base = torch.zeros((1, 1), dtype=torch.long, device=self.device)
         self._pending = 0
-        self._grouped = self.device.type == "cpu"  # trees with grouped KV heads skip repeat_kv (grouped_sdpa)
-        if self._grouped:
+        # tree forwards on the CPU: grouped KV heads skip repeat_kv (grouped_sdpa), linear layers take
+        # their few rows as W @ X^T (few_row_linear)
+        self._cpu_kernels = self.device.type == "cpu"
+        if self._cpu_kernels:
             grouped_sdpa.install()
+            few_row_linear.install()
 
     def prefill(self, inputs: Mapping[str, torch.Tensor], positions: Sequence[int]) -> Prefill:
         """Run the prompt (and images); return the greedy first new token and the top-k at
@@ -180,8 +183,7 @@ class HFTarget:
         position_ids = self.position_base + (length + depths)  # [1, N] or [R, 1, N]
         with torch.inference_mode():
             mask = self._tree_mask(tree, depths)
-            grouped = grouped_sdpa.grouped() if self._grouped and mask is not None else contextlib.nullcontext()
-            with grouped:
+            with self._tree_kernels(tree_forward=n > 1):
                 out = self.model(
                     input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=True,
                     **{self.cache_kwarg: self.cache},
@@ -193,6 +195,16 @@ class HFTarget:
             probs = probs.cpu().numpy()
         self._pending = n
         return Verification(ids_and_greedy[:, 0], TopK(ids_and_greedy[:, 1:], probs), logits)
+
+    @contextlib.contextmanager
+    def _tree_kernels(self, tree_forward: bool) -> Iterator[None]:
+        """The CPU kernels of a tree forward (grouped_sdpa, few_row_linear); a plain step, or any
+        forward on another device, runs the model's own."""
+        if not (self._cpu_kernels and tree_forward):
+            yield
+            return
+        with grouped_sdpa.grouped(), few_row_linear.rows_first():
+            yield
 
     def _tree_mask(self, tree: DraftTree, depths: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor] | None:
         """Additive [1, 1, N, L + N] mask: a node sees the committed prefix and its ancestors
