@@ -131,12 +131,14 @@ def test_clients_that_disconnect_mid_stream_leave_no_request_state_behind(server
     ends as begins, never more than a wave live, 0 live at the end); then a request is served
     equal to the reference."""
     server = servers["recap"]
-    requests = suite_requests("describe", 10, 1)  # descriptions run past 3 chunks
+    requests = suite_requests("describe", 10, 1)
     start = len(server.text())
     finished = server.metric("vllm:request_success_total")
 
     async def close_after_3_chunks(client, chat) -> int:
-        stream = await client.chat.completions.create(messages=chat, stream=True, **request_params({"max_tokens": 200}))
+        # far longer than 3 chunks take (no EOS): the abort always arrives before the end, on a fast machine too
+        long = {"max_tokens": 1500, "extra_body": {"return_token_ids": True, "ignore_eos": True}}
+        stream = await client.chat.completions.create(messages=chat, stream=True, **request_params(long))
         chunks = 0
         async for _ in stream:
             chunks += 1
