@@ -30,6 +30,7 @@ from recap.bench.workloads import suite_requests  # noqa: E402
 
 MODEL = "tiny-qwen2.5-vl"
 MAX_TOKENS = 48
+RECAP_LEN = 2048  # the reference's and RECAP's chain server's max_model_len
 SMALL_LEN = 512  # the tree server's max_model_len
 SMALL_KV = ["--block-size", "32", "--num-gpu-blocks-override", "20"]  # 640 tokens: ~3 of 12 requests fit
 # JSON without free whitespace: the tiny model would fill a schema's whitespace up to max_tokens
@@ -42,9 +43,9 @@ LIVE = re.compile(r"recap\.vllm: request (\S+) (began|ended); (\d+) requests liv
 def servers(tmp_path_factory):
     chain, tree = (json.dumps(recap.vllm.speculative_config(k=4)), json.dumps(recap.vllm.speculative_config(tree=32)))
     plans = {
-        "reference": ([*JSON_CONFIG, "--max-model-len", "2048"], None),
+        "reference": ([*JSON_CONFIG, "--max-model-len", str(RECAP_LEN)], None),
         "recap": (
-            [*JSON_CONFIG, "--max-model-len", "2048", "--speculative-config", chain, *METRICS],
+            [*JSON_CONFIG, "--max-model-len", str(RECAP_LEN), "--speculative-config", chain, *METRICS],
             {"RECAP_VLLM_LOG_LEVEL": "DEBUG", "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
         ),
         "tree": (
@@ -126,18 +127,27 @@ def test_prometheus_spec_decode_counters_move(servers) -> None:
 
 
 def test_clients_that_disconnect_mid_stream_leave_no_request_state_behind(servers) -> None:
-    """30 streams closed after 3 chunks (3 waves of 10): vLLM aborts them (none finishes), the RECAP
-    proposer frees each request's drafter when vLLM frees the request (its DEBUG lines: as many
-    ends as begins, never more than a wave live, 0 live at the end); then a request is served
-    equal to the reference."""
+    """30 streams closed after 3 chunks (3 waves of 10): vLLM aborts them, the RECAP proposer frees
+    each request's drafter when vLLM frees the request (its DEBUG lines: as many ends as begins, 0
+    live at the end); then a request is served equal to the reference.
+
+    Whether a closed stream is aborted or runs to its end first is a race between the client (which
+    shares two cores with three servers) and the engine: each stream asks for as many tokens as the
+    server allows (no EOS), and most streams (not all) must have been aborted, so that the test
+    exercises aborts; a drafter is freed either way (seen on one CI machine: 7 of 30 streams of 1500
+    tokens finished before their client's abort arrived)."""
     server = servers["recap"]
     requests = suite_requests("describe", 10, 1)
     start = len(server.text())
-    finished = server.metric("vllm:request_success_total")
+    finished = {
+        reason: server.metric("vllm:request_success_total", finished_reason=reason) for reason in ("stop", "length")
+    }
 
-    async def close_after_3_chunks(client, chat) -> int:
-        # far longer than 3 chunks take (no EOS): the abort always arrives before the end, on a fast machine too
-        long = {"max_tokens": 1500, "extra_body": {"return_token_ids": True, "ignore_eos": True}}
+    chats = [messages(r) for r in requests]
+    longest = [RECAP_LEN - count_tokens(server, chat) for chat in chats]  # up to max_model_len: far beyond 3 chunks
+
+    async def close_after_3_chunks(client, chat, max_tokens: int) -> int:
+        long = {"max_tokens": max_tokens, "extra_body": {"return_token_ids": True, "ignore_eos": True}}
         stream = await client.chat.completions.create(messages=chat, stream=True, **request_params(long))
         chunks = 0
         async for _ in stream:
@@ -150,7 +160,7 @@ def test_clients_that_disconnect_mid_stream_leave_no_request_state_behind(server
     async def waves():
         async with server.async_client(timeout=300) as client:
             for _ in range(3):
-                got = await asyncio.gather(*[close_after_3_chunks(client, messages(r)) for r in requests])
+                got = await asyncio.gather(*[close_after_3_chunks(client, *job) for job in zip(chats, longest)])
                 assert got == [3] * len(requests)
 
     asyncio.run(waves())
@@ -159,15 +169,21 @@ def test_clients_that_disconnect_mid_stream_leave_no_request_state_behind(server
         lines = _live_lines(server, start)
         return len(lines) >= 60 and lines[-1][2] == 0
 
-    eventually(settled)
+    eventually(settled, seconds=60)  # a stream that ran to its end takes a few seconds
     lines = _live_lines(server, start)
     began = [r for r, what, _ in lines if what == "began"]
     ended = [r for r, what, _ in lines if what == "ended"]
     assert len(began) == 30 and sorted(began) == sorted(ended), "a request's drafter was never freed"
-    assert max(n for *_, n in lines) <= len(requests) and lines[-1][2] == 0
-    assert server.metric("vllm:request_success_total") == finished, "a stream finished instead of being aborted"
+    assert lines[-1][2] == 0
+    ran_to_the_end = {
+        reason: server.metric("vllm:request_success_total", finished_reason=reason) - finished[reason]
+        for reason in finished
+    }
+    assert sum(ran_to_the_end.values()) < len(began) / 2, (
+        f"most streams finished instead of being aborted: {ran_to_the_end}"
+    )
 
-    chat = messages(requests[0])
+    chat = chats[0]
     assert ask(server, chat, max_tokens=MAX_TOKENS) == ask(servers["reference"], chat, max_tokens=MAX_TOKENS)
     assert eventually(lambda: _live_lines(server, start)[-1][2] == 0)
 
