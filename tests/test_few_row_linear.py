@@ -1,7 +1,12 @@
-"""recap.backends.few_row_linear: linear layers over a few rows as W @ X^T inside a tree forward."""
+"""recap.backends.few_row_linear: linear layers over a few rows with the faster of two kernels inside a
+tree forward, chosen per shape by timing both on first use."""
 
 from __future__ import annotations
 
+import threading
+import time
+
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -18,51 +23,83 @@ def _layers() -> list[torch.nn.Linear]:
     return [torch.nn.Linear(96, 160), torch.nn.Linear(96, 160, bias=False)]
 
 
-def test_rows_first_agrees_with_linear_to_rounding_with_shape_and_layout() -> None:
+def _kernel_output(layer: torch.nn.Linear, x: torch.Tensor, choice: str) -> torch.Tensor:
+    kernel = few_row_linear._rows_first if choice == "rows-first" else few_row_linear._linear
+    return kernel(layer.weight, layer.bias, x.reshape(-1, x.shape[-1])).view(*x.shape[:-1], -1)
+
+
+def test_each_shape_runs_the_kernel_it_chose_and_agrees_with_linear_to_rounding() -> None:
     few_row_linear.install()
+    few_row_linear.forget()
     for layer in _layers():
         for rows in (2, 3, 4, 7, 16, few_row_linear.MAX_ROWS):
-            x = torch.randn(1, rows, 96)
-            with torch.inference_mode(), few_row_linear.rows_first():
-                fast = layer(x)
-            plain = F.linear(x, layer.weight, layer.bias)
-            assert fast.shape == plain.shape == (1, rows, 160)
-            assert fast.is_contiguous()
-            torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)
-            rows_first = torch.mm(layer.weight, x[0].t()).t()  # the rows-first product itself, bit for bit
-            if layer.bias is not None:
-                rows_first = torch.addmm(layer.bias.unsqueeze(1), layer.weight, x[0].t()).t()
-            assert torch.equal(fast[0], rows_first)
+            key = (160, 96, layer.bias is not None, rows, torch.get_num_threads())
+            for call in range(2):  # the first call races the kernels, the second reuses the choice
+                x = torch.randn(1, rows, 96)
+                with torch.inference_mode(), few_row_linear.fastest():
+                    fast = layer(x)
+                plain = F.linear(x, layer.weight, layer.bias)
+                assert fast.shape == plain.shape == (1, rows, 160)
+                assert fast.is_contiguous()
+                torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)
+                choice = few_row_linear.choices()[key]
+                assert torch.equal(fast, _kernel_output(layer, x, choice))  # bit for bit: the chosen kernel
+    assert len(few_row_linear.choices()) == 2 * 6
+    few_row_linear.forget()
+    assert few_row_linear.choices() == {}
+
+
+@pytest.mark.parametrize("slow", ["linear", "rows-first"])
+def test_the_race_keeps_the_faster_kernel(monkeypatch: pytest.MonkeyPatch, slow: str) -> None:
+    few_row_linear.install()
+    few_row_linear.forget()
+    name = "_linear" if slow == "linear" else "_rows_first"
+    kernel = getattr(few_row_linear, name)
+
+    def slowed(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.002)
+        return kernel(weight, bias, x)
+
+    monkeypatch.setattr(few_row_linear, name, slowed)
+    layer = _layers()[0]
+    x = torch.randn(1, 5, 96)
+    with torch.inference_mode(), few_row_linear.fastest():
+        fast = layer(x)
+    (choice,) = few_row_linear.choices().values()
+    assert choice == ("rows-first" if slow == "linear" else "linear")
+    monkeypatch.undo()
+    assert torch.equal(fast, _kernel_output(layer, x, choice))  # the race returns the winner's output
+    few_row_linear.forget()
 
 
 def test_outside_the_context_and_off_its_shapes_the_layer_runs_its_own_forward() -> None:
     few_row_linear.install()
     few_row_linear.install()  # idempotent
+    few_row_linear.forget()
     for layer in _layers():
         for rows, inside in ((5, False), (1, True), (few_row_linear.MAX_ROWS + 1, True)):
             x = torch.randn(1, rows, 96)
-            with torch.inference_mode(), few_row_linear.rows_first() if inside else torch.inference_mode():
+            with torch.inference_mode(), few_row_linear.fastest() if inside else torch.inference_mode():
                 out = layer(x)
             assert torch.equal(out, F.linear(x, layer.weight, layer.bias))  # bit for bit: the same kernel
         x = torch.randn(1, 4, 96, dtype=torch.float64)
         layer64 = layer.double()
-        with torch.inference_mode(), few_row_linear.rows_first():
+        with torch.inference_mode(), few_row_linear.fastest():
             assert torch.equal(layer64(x), F.linear(x, layer64.weight, layer64.bias))  # float32 only
+    assert few_row_linear.choices() == {}  # nothing was timed
 
 
 def test_a_subclass_with_its_own_forward_is_left_alone() -> None:
     few_row_linear.install()
     layer = _OwnForward(8, 4)
-    with torch.inference_mode(), few_row_linear.rows_first():
+    with torch.inference_mode(), few_row_linear.fastest():
         assert torch.equal(layer(torch.randn(1, 3, 8)), torch.full((1, 3, 4), 7.0))
 
 
 def test_the_context_is_per_thread() -> None:
-    import threading
-
     few_row_linear.install()
     seen = []
-    with few_row_linear.rows_first():
+    with few_row_linear.fastest():
         thread = threading.Thread(target=lambda: seen.append(few_row_linear._ON.get()))
         thread.start()
         thread.join()

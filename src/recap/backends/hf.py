@@ -132,7 +132,7 @@ class HFTarget:
         self.position_base = torch.zeros((1, 1), dtype=torch.long, device=self.device)
         self._pending = 0
         # tree forwards on the CPU: grouped KV heads skip repeat_kv (grouped_sdpa), linear layers take
-        # their few rows as W @ X^T (few_row_linear)
+        # their few rows with the faster of two kernels for the shape (few_row_linear)
         self._cpu_kernels = self.device.type == "cpu"
         if self._cpu_kernels:
             grouped_sdpa.install()
@@ -203,7 +203,7 @@ class HFTarget:
         if not (self._cpu_kernels and tree_forward):
             yield
             return
-        with grouped_sdpa.grouped(), few_row_linear.rows_first():
+        with grouped_sdpa.grouped(), few_row_linear.fastest():
             yield
 
     def _tree_mask(self, tree: DraftTree, depths: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor] | None:
