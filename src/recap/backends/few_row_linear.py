@@ -35,8 +35,8 @@ TRIALS = 3  # timed calls of each kernel for a new shape
 
 _ON = contextvars.ContextVar("recap_few_row_linear", default=False)
 _ORIGINAL = torch.nn.Linear.forward
-# (out features, in features, has bias, rows, torch threads) -> rows-first is the faster kernel
-_ROWS_FIRST: dict[tuple[int, int, bool, int, int], bool] = {}
+# (weight shape [out, in], has bias, rows, torch threads) -> rows-first is the faster kernel
+_ROWS_FIRST: dict[tuple[torch.Size, bool, int, int], bool] = {}
 _LOCK = threading.Lock()
 
 
@@ -70,7 +70,7 @@ def _race(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> t
 
 
 def _first_call(
-    key: tuple[int, int, bool, int, int], weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor
+    key: tuple[torch.Size, bool, int, int], weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor
 ) -> torch.Tensor:
     """A shape met for the first time: race the kernels (one shape at a time), keep the winner."""
     with _LOCK:
@@ -82,20 +82,21 @@ def _first_call(
 
 
 def _forward(self: torch.nn.Linear, input: torch.Tensor) -> torch.Tensor:
-    if _ON.get() and input.device.type == "cpu" and input.dtype == torch.float32 and input.dim() >= 2:
-        width = input.shape[-1]
-        rows = input.numel() // width if width else 0
-        weight, bias = self.weight, self.bias  # [out, in], [out] or None
-        if 2 <= rows <= MAX_ROWS and weight.dtype == torch.float32 and weight.dim() == 2:
-            x = input.reshape(rows, width)  # [rows, in]
-            key = (weight.shape[0], width, bias is not None, rows, torch.get_num_threads())
-            rows_first = _ROWS_FIRST.get(key)
-            if rows_first is None:
-                out = _first_call(key, weight, bias, x)
-            else:
-                out = (_rows_first if rows_first else _linear)(weight, bias, x)
-            return out.view(*input.shape[:-1], weight.shape[0])
-    return _ORIGINAL(self, input)
+    # the lean path first: this runs for every linear layer of every forward inside ``fastest()``
+    if not _ON.get() or not input.is_cpu or input.dtype is not torch.float32 or input.dim() < 2:
+        return _ORIGINAL(self, input)
+    weight, bias = self.weight, self.bias  # [out, in], [out] or None
+    width = input.shape[-1]
+    rows = input.numel() // width if width else 0
+    if not 2 <= rows <= MAX_ROWS or weight.dtype is not torch.float32:
+        return _ORIGINAL(self, input)
+    key = (weight.shape, bias is not None, rows, torch.get_num_threads())
+    rows_first = _ROWS_FIRST.get(key)
+    if rows_first is False:
+        return F.linear(input, weight, bias)  # the same product as on the [rows, in] view
+    x = input.reshape(rows, width)  # [rows, in]
+    out = _rows_first(weight, bias, x) if rows_first else _first_call(key, weight, bias, x)
+    return out.view(*input.shape[:-1], weight.shape[0])
 
 
 def install() -> None:
@@ -117,7 +118,10 @@ def fastest() -> Iterator[None]:
 
 def choices() -> dict[tuple[int, int, bool, int, int], str]:
     """The kernel chosen so far per (out, in, has bias, rows, threads): "rows-first" or "linear"."""
-    return {key: "rows-first" if value else "linear" for key, value in sorted(_ROWS_FIRST.items())}
+    return {
+        (*shape, bias, rows, threads): "rows-first" if value else "linear"
+        for (shape, bias, rows, threads), value in sorted(_ROWS_FIRST.items())
+    }
 
 
 def forget() -> None:
