@@ -4,19 +4,23 @@ A tree forward runs every linear layer of the model over a few rows (one per nod
 kernel is fast for such shapes differs by machine, library and shape, and the gap is large:
 - ``F.linear`` (``X @ W^T``): on an AMD EPYC (Zen 5) with this project's torch, 4 rows of one
   896 x 4864 layer cost 1.0 ms against 0.26-0.48 ms for 1 row; on an Intel Xeon (Sapphire Rapids,
-  MKL) 1 to 3 rows cost the same as one (0.47-0.50 ms) and 4 rows twice that.
+  MKL) 1 to 3 rows cost what one row costs (0.30 ms in a quiet moment) and 4 rows twice that.
 - rows-first, ``(W @ X^T)^T``, makes the rows the kernel's short side: 0.44 ms for 4 rows and
-  0.85 ms for 16 on the AMD, but 1.0-1.2 ms for 2-8 rows on the Intel (where it wins from 8-16 rows).
+  0.85 ms for 16 on the AMD; 0.75-0.90 ms for 2 to 16 rows on the Intel (F.linear: 1.3 ms for 16).
 
-So inside ``fastest()`` a linear layer over 2 to ``MAX_ROWS`` rows times both kernels on its real
-input the first time it meets that (out, in, bias, rows, threads) shape in this process (one
-untimed call each, then ``TRIALS`` alternating timed calls, the lower minimum wins) and uses the
-winner from then on (``choices()`` shows the table). Only ``torch.nn.Linear`` modules (not
-subclasses with a forward of their own, e.g. quantized layers) on float32 CPU tensors take part;
-everything else, and every forward outside ``fastest()``, is ``Linear``'s own forward. The two
-kernels agree to float rounding, as any two kernels do (``F.linear`` over 4 rows and over 1 row
-differ as much); the tokens are checked against generate's by the lossless tests. The step-cost
-model (``recap.core.step_cost``) learns each tree size's real price on top of it.
+So inside ``fastest()`` a linear layer over 2 to ``MAX_ROWS`` rows learns, per (weight shape, bias,
+rows, torch threads), which kernel is faster where it runs: the first calls of a new shape take
+the two kernels in turn, each timed inside the real forward (other layers' weights in between, as
+always: a kernel timed twice in a row on one weight finds it in cache and can win there and lose
+in a forward), and once each has ``TRIALS`` timed calls after an untimed first one, the lower
+minimum wins for the rest of the process (``choices()`` shows the table, ``forget()`` clears it).
+The layers of a model share a few shapes, so this takes one or two tree forwards per tree size.
+Only ``torch.nn.Linear`` modules (not subclasses with a forward of their own, e.g. quantized
+layers) on float32 CPU tensors take part; everything else, and every forward outside
+``fastest()``, is ``Linear``'s own forward. The two kernels agree to float rounding, as any two
+kernels do (``F.linear`` over 4 rows and over 1 row differ as much); the tokens are checked against
+generate's by the lossless tests. The step-cost model (``recap.core.step_cost``) learns each tree
+size's real price on top of it.
 """
 
 from __future__ import annotations
@@ -25,18 +29,20 @@ import contextlib
 import contextvars
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
 
 MAX_ROWS = 64  # beyond this many rows the plain kernel is efficient
-TRIALS = 3  # timed calls of each kernel for a new shape
+TRIALS = 3  # timed calls of each kernel for a new shape, after an untimed first one
+
+Key = tuple[torch.Size, bool, int, int]  # (weight shape [out, in], has bias, rows, torch threads)
 
 _ON = contextvars.ContextVar("recap_few_row_linear", default=False)
 _ORIGINAL = torch.nn.Linear.forward
-# (weight shape [out, in], has bias, rows, torch threads) -> rows-first is the faster kernel
-_ROWS_FIRST: dict[tuple[torch.Size, bool, int, int], bool] = {}
+_ROWS_FIRST: dict[Key, bool] = {}  # decided shapes: rows-first is the faster kernel
+_TIMES: dict[Key, tuple[list[float], list[float]]] = {}  # shapes being timed: seconds of (F.linear, rows-first)
 _LOCK = threading.Lock()
 
 
@@ -52,33 +58,22 @@ def _rows_first(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor
     return out.t().contiguous()  # [rows, out]
 
 
-Kernel = Callable[[torch.Tensor, torch.Tensor | None, torch.Tensor], torch.Tensor]
-
-
-def _race(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> tuple[bool, torch.Tensor]:
-    """Time both kernels on ``x``; (rows-first won, the winner's output)."""
-    kernels: tuple[Kernel, Kernel] = (_linear, _rows_first)
-    best = [float("inf"), float("inf")]
-    outputs = [kernel(weight, bias, x) for kernel in kernels]  # untimed: first-call set-up
-    for _ in range(TRIALS):
-        for index, kernel in enumerate(kernels):
-            start = time.perf_counter()
-            outputs[index] = kernel(weight, bias, x)
-            best[index] = min(best[index], time.perf_counter() - start)
-    rows_first = best[1] < best[0]
-    return rows_first, outputs[int(rows_first)]
-
-
-def _first_call(
-    key: tuple[torch.Size, bool, int, int], weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor
-) -> torch.Tensor:
-    """A shape met for the first time: race the kernels (one shape at a time), keep the winner."""
+def _explore(key: Key, weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+    """A call of a shape not decided yet: run the kernel with fewer calls so far, timed; decide
+    once both have ``TRIALS`` timed calls (the first call of each is set-up, not timed)."""
     with _LOCK:
-        known = _ROWS_FIRST.get(key)  # another thread may have timed it meanwhile
-        if known is not None:
-            return (_rows_first if known else _linear)(weight, bias, x)
-        _ROWS_FIRST[key], out = _race(weight, bias, x)
-        return out
+        times = _TIMES.setdefault(key, ([], []))
+        rows_first = len(times[1]) < len(times[0])
+    kernel = _rows_first if rows_first else _linear
+    start = time.perf_counter()
+    out = kernel(weight, bias, x)
+    elapsed = time.perf_counter() - start
+    with _LOCK:
+        times[rows_first].append(elapsed)
+        if key not in _ROWS_FIRST and min(map(len, times)) > TRIALS:
+            _ROWS_FIRST[key] = min(times[1][1:]) < min(times[0][1:])
+            _TIMES.pop(key, None)
+    return out
 
 
 def _forward(self: torch.nn.Linear, input: torch.Tensor) -> torch.Tensor:
@@ -95,7 +90,7 @@ def _forward(self: torch.nn.Linear, input: torch.Tensor) -> torch.Tensor:
     if rows_first is False:
         return F.linear(input, weight, bias)  # the same product as on the [rows, in] view
     x = input.reshape(rows, width)  # [rows, in]
-    out = _rows_first(weight, bias, x) if rows_first else _first_call(key, weight, bias, x)
+    out = _rows_first(weight, bias, x) if rows_first else _explore(key, weight, bias, x)
     return out.view(*input.shape[:-1], weight.shape[0])
 
 
@@ -118,12 +113,16 @@ def fastest() -> Iterator[None]:
 
 def choices() -> dict[tuple[int, int, bool, int, int], str]:
     """The kernel chosen so far per (out, in, has bias, rows, threads): "rows-first" or "linear"."""
+    with _LOCK:
+        decided = sorted(_ROWS_FIRST.items())
     return {
         (*shape, bias, rows, threads): "rows-first" if value else "linear"
-        for (shape, bias, rows, threads), value in sorted(_ROWS_FIRST.items())
+        for (shape, bias, rows, threads), value in decided
     }
 
 
 def forget() -> None:
-    """Drop every choice: the next tree forward of each shape times both kernels again."""
-    _ROWS_FIRST.clear()
+    """Drop every choice and timing: each shape is timed again when next met."""
+    with _LOCK:
+        _ROWS_FIRST.clear()
+        _TIMES.clear()
