@@ -21,6 +21,7 @@ the window in its own mask, so requests may run past the window.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 from dataclasses import dataclass
@@ -86,13 +87,30 @@ def _attention_implementation(model: torch.nn.Module) -> str:
     return "eager"
 
 
+@functools.cache
+def _module_builds_alibi(model_class: type) -> bool:
+    """A module of the class or its bases defines an alibi builder (a class's modules do not change)."""
+    modules = {sys.modules.get(cls.__module__) for cls in model_class.__mro__}
+    return any(module is not None and any("alibi" in name.lower() for name in vars(module)) for module in modules)
+
+
+def forward_parameters(model: torch.nn.Module) -> frozenset[str]:
+    """The names of the parameters of ``model.forward`` (read once per forward function)."""
+    forward = model.forward
+    function = getattr(forward, "__func__", None)
+    if function is None or "forward" in vars(model):  # a wrapped instance forward (e.g. a hook): read it each time
+        return frozenset(inspect.signature(forward).parameters)
+    return _function_parameters(function)
+
+
+@functools.cache
+def _function_parameters(function) -> frozenset[str]:
+    return frozenset(list(inspect.signature(function).parameters)[1:])  # without self
+
+
 def _uses_alibi(model: torch.nn.Module) -> bool:
     """ALiBi: the model's module defines an alibi builder, and no config flag turns it off."""
-    modules = {sys.modules.get(cls.__module__) for cls in type(model).__mro__}
-    builds_alibi = any(
-        module is not None and any("alibi" in name.lower() for name in vars(module)) for module in modules
-    )
-    if not builds_alibi:
+    if not _module_builds_alibi(type(model)):
         return False
     config = text_config(model)
     for holder in (config, getattr(config, "attn_config", None)):
@@ -182,7 +200,7 @@ def tree_support(model: torch.nn.Module) -> TreeSupport:
             "a tree's side branches the distances of their slots instead of their positions",
             USE_GENERATE,
         )
-    if "position_ids" not in inspect.signature(model.forward).parameters:
+    if "position_ids" not in forward_parameters(model):
         raise _refuse(
             model,
             "its forward takes no position_ids, so draft-tree nodes cannot be placed at their depth",
