@@ -341,6 +341,40 @@ print({name: sigs for name, sigs in new.items() if sigs})
 """
 
 
+def test_top_candidates_equal_torch_argmax_and_topk() -> None:
+    """The greedy token is torch.argmax's (the first maximum, the first NaN), also on ties and
+    -inf rows; the top-k values are torch.topk's; the probabilities are softmax's."""
+    import torch
+
+    from recap.backends.hf import _candidates
+    from recap.kernels.verify import top_candidates
+
+    rng = np.random.default_rng(0)
+    for case in range(300):
+        n, vocab, k = int(rng.integers(1, 20)), int(rng.integers(8, 3000)), int(rng.integers(1, 9))
+        logits = rng.standard_normal((n, vocab)).astype(np.float32)
+        if case % 3 == 0:
+            logits = np.round(logits, 1)  # many ties
+        if case % 7 == 0:
+            logits[0, rng.integers(0, vocab, 5)] = -np.inf
+        if case % 11 == 0:
+            logits[-1, :] = -np.inf
+        if case % 13 == 0:
+            logits[0, rng.integers(0, vocab)] = np.nan
+        expected = torch.from_numpy(logits)
+        greedy, ids, values = top_candidates(logits, k)
+        assert np.array_equal(greedy, expected.argmax(-1).numpy()), case
+        clean = ~np.isnan(logits).any(axis=1)
+        assert np.array_equal(values[clean], expected.topk(k, -1).values.numpy()[clean]), case
+        assert np.array_equal(np.take_along_axis(logits, ids, axis=1)[clean], values[clean]), case
+        assert ((0 <= ids) & (ids < vocab)).all(), case
+        greedy2, topk = _candidates(expected, k)
+        assert np.array_equal(greedy2, greedy), case
+        softmax = torch.softmax(expected, -1).topk(k, -1).values.numpy()
+        finite = clean & np.isfinite(softmax).all(axis=1)
+        np.testing.assert_allclose(topk.probs[finite], softmax[finite], rtol=1e-5, atol=1e-7)
+
+
 @pytest.mark.skipif(not jit.HAVE_NUMBA, reason="numba is not installed")
 def test_ensure_ready_compiles_every_signature_the_decode_loop_uses() -> None:
     """A fresh process: after ``ensure_ready`` no kernel compiles (or loads) another signature

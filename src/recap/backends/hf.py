@@ -8,20 +8,21 @@ model's own forward with a 4-D mask, explicit positions and a cache recap owns.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..core.topk import TopK
 from ..core.tree import DraftTree
 from ..core.vocab import output_vocab_size
 from ..errors import UnsupportedModelError
+from ..kernels import verify as verify_kernels
 from . import Prefill, Verification, few_row_linear, grouped_sdpa
-from .capabilities import AttentionKind, TreeSupport, tree_support
+from .capabilities import AttentionKind, TreeSupport, forward_parameters, tree_support
 
 __all__ = ["HFTarget", "NOT_PROMPT_INPUTS", "check_supported", "output_vocab_size", "placeholder_ids"]
 
@@ -96,14 +97,22 @@ def _kind_blocked(kind: AttentionKind, query: torch.Tensor, key: torch.Tensor) -
 def cache_kwarg(model: torch.nn.Module) -> str:
     """The keyword the model's forward takes its KV cache under: ``cache`` from transformers 5.24,
     ``past_key_values`` before (5.23 and older; vLLM 0.32 pins transformers < 5.20)."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return "cache" if "cache" in forward_parameters(model) else "past_key_values"
 
 
-def _topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Greedy token [N] and top-k (ids, full-vocabulary probs) [N, k] of logits [N, V]."""
+def _candidates(logits: torch.Tensor, k: int) -> tuple[np.ndarray, TopK]:
+    """The greedy token [N] (``argmax``, as generate takes it) and the top-k (ids, full-vocabulary
+    probs) [N, k] of ``logits`` [N, V], on the host. On the CPU one compiled pass per row finds
+    both (torch's argmax and topk cost 2-3x as much on a few rows); elsewhere torch's own ops."""
     logits = logits.float()
+    if logits.device.type == "cpu":
+        greedy, ids, values = verify_kernels.top_candidates(np.ascontiguousarray(logits.numpy()), k)
+        with np.errstate(invalid="ignore"):  # a row of -inf gives NaN, as torch.softmax does
+            probs = np.exp(values - torch.logsumexp(logits, dim=-1).numpy()[:, None])
+        return greedy, TopK(ids, probs)
     probs, ids = torch.softmax(logits, dim=-1).topk(k, dim=-1)
-    return ids, probs
+    ids_and_greedy = torch.cat([logits.argmax(dim=-1)[:, None], ids], dim=1).cpu().numpy()
+    return ids_and_greedy[:, 0], TopK(ids_and_greedy[:, 1:], probs.cpu().numpy())
 
 
 class HFTarget:
@@ -167,11 +176,10 @@ class HFTarget:
         self.position_base = position_ids[..., -1:] + (1 - length)
         self.length = length
         logits = out.logits[0]  # [P + 1, V]
-        first = int(logits[-1].argmax())
         if not positions:
-            return Prefill(first, None, logits[-1:])
-        ids, probs = _topk(logits[:-1], self.k)
-        return Prefill(first, TopK(ids.cpu().numpy(), probs.cpu().numpy()), logits[-1:])
+            return Prefill(int(logits[-1].argmax()), None, logits[-1:])
+        greedy, topk = _candidates(logits, self.k)
+        return Prefill(int(greedy[-1]), TopK(topk.ids[:-1], topk.probs[:-1]), logits[-1:])
 
     def verify(self, tree: DraftTree) -> Verification:
         """One forward over all tree nodes: the greedy next token after each node [N], the
@@ -189,12 +197,9 @@ class HFTarget:
                     **{self.cache_kwarg: self.cache},
                 )  # fmt: skip
             logits = out.logits[0]  # [N, V]
-            greedy = logits.argmax(dim=-1)
-            ids, probs = _topk(logits, self.k)
-            ids_and_greedy = torch.cat([greedy[:, None], ids], dim=1).cpu().numpy()
-            probs = probs.cpu().numpy()
+            greedy, topk = _candidates(logits, self.k)
         self._pending = n
-        return Verification(ids_and_greedy[:, 0], TopK(ids_and_greedy[:, 1:], probs), logits)
+        return Verification(greedy, topk, logits)
 
     @contextlib.contextmanager
     def _tree_kernels(self, tree_forward: bool) -> Iterator[None]:

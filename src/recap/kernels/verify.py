@@ -1,4 +1,5 @@
-"""Compiled greedy acceptance and the tree's ancestor mask (references: ``recap.reference.verify``)."""
+"""Compiled greedy acceptance, the tree's ancestor mask (references: ``recap.reference.verify``)
+and the greedy token and top-k candidates of logit rows (reference: ``torch.argmax`` / ``torch.topk``)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,41 @@ def ancestor_mask(parents: np.ndarray) -> np.ndarray:
     return mask
 
 
+@njit
+def top_candidates(logits: np.ndarray, k: int):
+    """(greedy [N] int64, ids [N, k] int64, values [N, k] float32) of ``logits`` [N, V] float32
+    (k <= V): ``greedy`` is each row's first maximum, or its first NaN (as ``torch.argmax``);
+    ``ids`` its k largest values, largest first (the lower id first on a tie), in one pass."""
+    n, v = logits.shape
+    greedy = np.empty(n, np.int64)
+    ids = np.empty((n, k), np.int64)
+    values = np.empty((n, k), np.float32)
+    for r in range(n):
+        row = logits[r]
+        top_v = values[r]
+        top_i = ids[r]
+        first_nan = -1
+        for j in range(v):
+            x = row[j]
+            if x != x and first_nan < 0:
+                first_nan = j
+            if j < k:  # the first k fill the list (so a row of -inf still gives k ids)
+                i = j
+            elif x > top_v[k - 1]:
+                i = k - 1
+            else:
+                continue
+            while i > 0 and x > top_v[i - 1]:  # strict: an equal value stays behind the lower id
+                top_v[i] = top_v[i - 1]
+                top_i[i] = top_i[i - 1]
+                i -= 1
+            top_v[i] = x
+            top_i[i] = j
+        greedy[r] = first_nan if first_nan >= 0 else top_i[0]
+    return greedy, ids, values
+
+
 def warm_up() -> None:
     ancestor_mask(np.array([-1, 0]))
     accept_greedy(np.zeros(2, np.int64), np.array([-1, 0]), np.array([0, 1]), np.zeros(2, np.int64))
+    top_candidates(np.zeros((1, 2), np.float32), 1)
