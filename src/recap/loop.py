@@ -17,11 +17,12 @@ import torch
 
 from . import kernels
 from .backends import Target
-from .core.accept import accept_greedy
+from .core.accept import Acceptance, accept_greedy
 from .core.rules import TokenRules
 from .core.sampling import walk
 from .core.stats import DecodeStats
 from .core.step_cost import StepCost
+from .core.tree import DraftTree
 from .drafters import Drafter
 
 
@@ -75,19 +76,19 @@ def run(
             t2 = time.perf_counter()
             if rules.fast:
                 acceptance = accept_greedy(tree, verified.greedy)
-                committed = [*tree.tokens[acceptance.path[1:]].tolist(), acceptance.bonus]
-                committed, done = rules.cut(committed)
+                committed, done = rules.cut(_committed(tree, acceptance))
             else:
                 with torch.inference_mode():
                     acceptance, done = walk(tree, functools.partial(rules.choose_row, verified.logits), rules.push)
-                committed = [*tree.tokens[acceptance.path[1:]].tolist(), acceptance.bonus]
+                committed = _committed(tree, acceptance)
             new_tokens.extend(committed)
             history.extend(committed)
             if streamer is not None:
                 streamer.put(torch.tensor(committed))
             stats.record_step(tree, len(committed))
             drafts_committed = min(len(committed), acceptance.accepted_drafts)
-            stats.count_sources(tree.sources[acceptance.path[1 : 1 + drafts_committed]].tolist())
+            if drafts_committed:
+                stats.count_sources(tree.sources[acceptance.path[1 : 1 + drafts_committed]].tolist())
             if not done:
                 target.commit(acceptance.path)
             drafter.observe(tree, verified.topk, acceptance, committed)
@@ -103,3 +104,10 @@ def run(
     stats.new_tokens = len(new_tokens)
     stats.time_total = time.perf_counter() - start
     return GenerationResult(token_ids=new_tokens, stats=stats)
+
+
+def _committed(tree: DraftTree, acceptance: Acceptance) -> list[int]:
+    """The tokens a step commits: the accepted drafts, then the bonus token."""
+    if len(acceptance.path) == 1:
+        return [acceptance.bonus]
+    return [*tree.tokens[acceptance.path[1:]].tolist(), acceptance.bonus]

@@ -33,5 +33,7 @@ def accept_greedy(tree: DraftTree, argmax: np.ndarray) -> Acceptance:
     equally long accepted paths the first in node order wins. (Compiled; the reference is
     ``recap.reference.verify.accept_greedy``.)
     """
+    if len(tree.tokens) == 1:  # a plain step: the root alone, nothing to compare
+        return Acceptance(path=[0], bonus=int(argmax[0]))
     path, bonus = verify.accept_greedy(tree.tokens, tree.parents, tree.depths, np.ascontiguousarray(argmax, np.int64))
     return Acceptance(path=path.tolist(), bonus=int(bonus))
