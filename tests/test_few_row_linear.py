@@ -82,6 +82,46 @@ def test_the_faster_kernel_in_the_forward_is_kept(monkeypatch: pytest.MonkeyPatc
     few_row_linear.forget()
 
 
+def test_a_decided_shape_is_timed_again_after_revisit_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A choice made while the machine was slowed does not last: after REVISIT calls both kernels
+    are timed again, and a kernel that became the slower one loses the new race."""
+    few_row_linear.install()
+    few_row_linear.forget()
+    monkeypatch.setattr(few_row_linear, "REVISIT", 5)
+    layer, x = _layers()[0], torch.randn(1, 5, 96)
+    slowed = {"name": "_rows_first"}
+    kernels = {name: getattr(few_row_linear, name) for name in ("_linear", "_rows_first")}
+
+    def kernel_for(name: str):
+        def run(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+            if slowed["name"] == name:
+                time.sleep(0.002)
+            return kernels[name](weight, bias, x)
+
+        return run
+
+    for name in kernels:
+        monkeypatch.setattr(few_row_linear, name, kernel_for(name))
+
+    def call() -> None:
+        with torch.inference_mode(), few_row_linear.fastest():
+            layer(x)
+
+    for _ in range(CALLS_TO_DECIDE):
+        call()
+    assert list(few_row_linear.choices().values()) == ["linear"]
+    slowed["name"] = "_linear"  # the machine changed: F.linear is now the slow one
+    for _ in range(few_row_linear.REVISIT):
+        call()
+    assert list(few_row_linear.choices().values()) == ["linear"]  # still the old choice
+    call()  # one call past REVISIT: timed again
+    assert few_row_linear.choices() == {}
+    for _ in range(CALLS_TO_DECIDE - 1):
+        call()
+    assert list(few_row_linear.choices().values()) == ["rows-first"]
+    few_row_linear.forget()
+
+
 def test_outside_the_context_and_off_its_shapes_the_layer_runs_its_own_forward() -> None:
     few_row_linear.install()
     few_row_linear.install()  # idempotent

@@ -13,8 +13,10 @@ rows, torch threads), which kernel is faster where it runs: the first calls of a
 the two kernels in turn, each timed inside the real forward (other layers' weights in between, as
 always: a kernel timed twice in a row on one weight finds it in cache and can win there and lose
 in a forward), and once each has ``TRIALS`` timed calls after an untimed first one, the lower
-minimum wins for the rest of the process (``choices()`` shows the table, ``forget()`` clears it).
-The layers of a model share a few shapes, so this takes one or two tree forwards per tree size.
+minimum wins (``choices()`` shows the table, ``forget()`` clears it). After ``REVISIT`` more calls
+of the shape the two are timed again, so a choice made while something else slowed the machine
+does not last for the rest of the process (re-timing costs a few calls of the slower kernel in
+4096). The layers of a model share a few shapes, so timing takes one or two tree forwards per size.
 Only ``torch.nn.Linear`` modules (not subclasses with a forward of their own, e.g. quantized
 layers) on float32 CPU tensors take part; everything else, and every forward outside
 ``fastest()``, is ``Linear``'s own forward. The two kernels agree to float rounding, as any two
@@ -36,6 +38,7 @@ import torch.nn.functional as F
 
 MAX_ROWS = 64  # beyond this many rows the plain kernel is efficient
 TRIALS = 3  # timed calls of each kernel for a new shape, after an untimed first one
+REVISIT = 4096  # calls of a decided shape after which its kernels are timed again
 
 Key = tuple[torch.Size, bool, int, int]  # (weight shape [out, in], has bias, rows, torch threads)
 
@@ -43,6 +46,7 @@ _ON = contextvars.ContextVar("recap_few_row_linear", default=False)
 _ORIGINAL = torch.nn.Linear.forward
 _ROWS_FIRST: dict[Key, bool] = {}  # decided shapes: rows-first is the faster kernel
 _TIMES: dict[Key, tuple[list[float], list[float]]] = {}  # shapes being timed: seconds of (F.linear, rows-first)
+_USES: dict[Key, int] = {}  # calls of each decided shape since its decision
 _LOCK = threading.Lock()
 
 
@@ -72,8 +76,22 @@ def _explore(key: Key, weight: torch.Tensor, bias: torch.Tensor | None, x: torch
         times[rows_first].append(elapsed)
         if key not in _ROWS_FIRST and min(map(len, times)) > TRIALS:
             _ROWS_FIRST[key] = min(times[1][1:]) < min(times[0][1:])
+            _USES[key] = 0
             _TIMES.pop(key, None)
     return out
+
+
+def _decided(key: Key) -> bool | None:
+    """The kernel decided for ``key`` (True: rows-first), or None while it is (again) being timed."""
+    rows_first = _ROWS_FIRST.get(key)
+    if rows_first is not None:
+        uses = _USES[key] = _USES.get(key, 0) + 1
+        if uses > REVISIT:  # time both again
+            with _LOCK:
+                _ROWS_FIRST.pop(key, None)
+                _USES.pop(key, None)
+            return None
+    return rows_first
 
 
 def _forward(self: torch.nn.Linear, input: torch.Tensor) -> torch.Tensor:
@@ -86,7 +104,7 @@ def _forward(self: torch.nn.Linear, input: torch.Tensor) -> torch.Tensor:
     if not 2 <= rows <= MAX_ROWS or weight.dtype is not torch.float32:
         return _ORIGINAL(self, input)
     key = (weight.shape, bias is not None, rows, torch.get_num_threads())
-    rows_first = _ROWS_FIRST.get(key)
+    rows_first = _decided(key)
     if rows_first is False:
         return F.linear(input, weight, bias)  # the same product as on the [rows, in] view
     x = input.reshape(rows, width)  # [rows, in]
@@ -126,3 +144,4 @@ def forget() -> None:
     with _LOCK:
         _ROWS_FIRST.clear()
         _TIMES.clear()
+        _USES.clear()
