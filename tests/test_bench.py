@@ -3,6 +3,7 @@ the markdown report, and a tiny end-to-end run on a random LLaVA-NeXT."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import statistics
@@ -463,6 +464,29 @@ def test_markdown_tables() -> None:
     assert "![speedup](speedup.png)" in text
 
 
+def test_cpu_steal_is_read_from_proc_stat_and_shown_in_the_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    from recap.bench import run as bench_run
+
+    lines = iter(["cpu  100 0 50 800 10 0 0 40 0 0\n", "cpu  160 0 80 900 10 0 0 100 0 0\n"])
+
+    def fake_open(path: str, *args: Any, **kwargs: Any) -> io.StringIO:
+        assert path == "/proc/stat"
+        return io.StringIO(next(lines))
+
+    monkeypatch.setattr(bench_run, "open", fake_open, raising=False)
+    start, end = bench_run.cpu_times(), bench_run.cpu_times()
+    assert start == (40, 1000) and end == (100, 1250)
+    assert bench_run.steal_share(start, end) == pytest.approx(60 / 250)
+    assert bench_run.steal_share(None, end) is None and bench_run.steal_share(end, end) is None
+
+    results = synthetic_results([])
+    assert "CPU steal" not in markdown(results)  # not measured (not Linux): nothing said
+    results["settings"]["cpu_steal"] = 0.01
+    assert "CPU steal 1% of the run's CPU time" in markdown(results) and "noisy" not in markdown(results)
+    results["settings"]["cpu_steal"] = 0.24
+    assert "CPU steal 24% of the run's CPU time (noisy timings)" in markdown(results)
+
+
 def test_markdown_mismatches() -> None:
     text = markdown(synthetic_results([{"method": "recap", "request": "r2", "detail": "first difference at token 5"}]))
     assert "## MISMATCHES" in text
@@ -512,6 +536,9 @@ def test_run_bench_end_to_end(memory: str, tmp_path: Path) -> None:
     settings = results["settings"]
     assert settings["memory"] == memory and settings["max_new_tokens"] == 24 and settings["requests"] == 2
     assert settings["methods"] == names and settings["model"] == "tiny-llava-next"
+    if Path("/proc/stat").exists():  # Linux: the hypervisor's share of the run and of each request
+        assert 0 <= settings["cpu_steal"] <= 1
+        assert all(r["cpu_steal"] is None or 0 <= r["cpu_steal"] <= 1 for r in records)  # None: no tick passed
     json.dumps(results)  # serializable
 
     if memory == "warm":

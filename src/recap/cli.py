@@ -235,7 +235,7 @@ def bench(
 
     from .bench import plan as bench_plan
     from .bench import write
-    from .bench.report import COLUMNS, table_rows
+    from .bench.report import COLUMNS, NOISY_STEAL, table_rows
     from .core.memory import save_memory
     from .loading import load_model, sampling_arguments
 
@@ -286,6 +286,12 @@ def bench(
             f"verify ms per tree size ({sizes}); generate: {cost_table['generate_ms_per_token'] or 0:.2f} ms per token"
         )
     console.print(table)
+    steal = results["settings"].get("cpu_steal")
+    if steal is not None and steal >= NOISY_STEAL:
+        console.print(
+            f"note: the hypervisor took {steal:.0%} of this machine's CPU time during the run (steal), so step times "
+            "jumped from request to request: rerun for the spread before trusting a ratio"
+        )
     console.print(f"wrote {out / 'results.json'}, {out / 'report.md'} and plots")
     if results["failures"]:
         failed = sorted({f["method"] for f in results["failures"]})

@@ -130,6 +130,15 @@ def table_rows(summaries: dict[str, dict[str, Any]]) -> list[list[str]]:
     return [[method] + [_fmt(s[key], spec) for _, key, spec in COLUMNS] for method, s in summaries.items()]
 
 
+def _steal_note(steal: float | None) -> str:
+    if steal is None:
+        return ""
+    return f"; CPU steal {steal:.0%} of the run's CPU time" + (" (noisy timings)" if steal >= NOISY_STEAL else "")
+
+
+NOISY_STEAL = 0.05  # a hypervisor that takes this share of the CPU makes step times jump from run to run
+
+
 def markdown(results: dict[str, Any]) -> str:
     """report.md: settings, the overall table, one table per family, plots."""
     meta = results["settings"]
@@ -141,7 +150,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"- workload: {meta['workload']}, {meta['requests']} requests, max_new_tokens {meta['max_new_tokens']}",
         f"- persistent memory: **{meta['memory']}** ({meta['memory_note']})",
         f"- protocol: {meta['protocol']}",
-        f"- date: {meta['date']}, machine: {meta['machine']}",
+        f"- date: {meta['date']}, machine: {meta['machine']}" + _steal_note(meta.get("cpu_steal")),
         f"- decoding: {meta.get('decoding', 'greedy: generate(do_sample=False)')}",
         "",
         "Speedup is measured against the model's own `generate` with the same arguments on the same request.",

@@ -16,6 +16,27 @@ from .report import aggregate
 from .workloads import Request
 
 
+def cpu_times() -> tuple[int, int] | None:
+    """(steal, total) CPU time of the machine so far, in clock ticks, from Linux's /proc/stat (None
+    elsewhere): steal is the time a hypervisor ran something else while this virtual machine was ready to run."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    user, nice, system, idle, iowait, irq, softirq, steal = (int(f) for f in fields[1:9])
+    return steal, user + nice + system + idle + iowait + irq + softirq + steal
+
+
+def steal_share(start: tuple[int, int] | None, end: tuple[int, int] | None) -> float | None:
+    """The share of CPU time stolen between two ``cpu_times`` readings (None if unknown)."""
+    if start is None or end is None or end[1] <= start[1]:
+        return None
+    return (end[0] - start[0]) / (end[1] - start[1])
+
+
 def run_bench(
     model: torch.nn.Module,
     processor: Any,
@@ -73,8 +94,10 @@ def run_bench(
     mismatches: list[dict[str, str]] = []
     failures: list[dict[str, str]] = []
     bar = tqdm(total=len(requests) * len(runners), desc="bench", unit="run", disable=not progress)
+    run_start = cpu_times()
     for i, request in enumerate(requests):
         inputs = build_inputs(processor, request.prompt, request.image, device=model_device(model))
+        request_start = cpu_times()
         shift = i % len(runners)
         runs = {}
         for runner in runners[shift:] + runners[:shift]:
@@ -88,6 +111,7 @@ def run_bench(
                 )
                 bar.write(f"FAILED: {runner.spec.name} on {request.id}: {exc}")
             bar.update()
+        request_steal = steal_share(request_start, cpu_times())
         reference = runs[REFERENCE].tokens
         for name, run in runs.items():
             match = run.tokens == reference
@@ -113,9 +137,11 @@ def run_bench(
                     "verify_seconds": run.verify_seconds,
                     "prefill_seconds": run.prefill_seconds,
                     "accepted_by_source": run.accepted_by_source,
+                    "cpu_steal": request_steal,
                 }
             )
     bar.close()
+    run_steal = steal_share(run_start, cpu_times())
     methods = [spec.name for spec in specs]
     results = aggregate(records, methods)
     results["costs"] = costs
@@ -130,6 +156,7 @@ def run_bench(
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip()
         + f", {torch.get_num_threads()} torch threads",
+        "cpu_steal": run_steal,
         **(settings or {}),
     }
     results["mismatches"] = mismatches
