@@ -46,7 +46,7 @@ _ON = contextvars.ContextVar("recap_few_row_linear", default=False)
 _ORIGINAL = torch.nn.Linear.forward
 _ROWS_FIRST: dict[Key, bool] = {}  # decided shapes: rows-first is the faster kernel
 _TIMES: dict[Key, tuple[list[float], list[float]]] = {}  # shapes being timed: seconds of (F.linear, rows-first)
-_USES: dict[Key, int] = {}  # calls of each decided shape since its decision
+_USES: dict[Key, int] = {}  # calls of each decided shape since its decision (none yet: absent)
 _LOCK = threading.Lock()
 
 
@@ -76,7 +76,6 @@ def _explore(key: Key, weight: torch.Tensor, bias: torch.Tensor | None, x: torch
         times[rows_first].append(elapsed)
         if key not in _ROWS_FIRST and min(map(len, times)) > TRIALS:
             _ROWS_FIRST[key] = min(times[1][1:]) < min(times[0][1:])
-            _USES[key] = 0
             _TIMES.pop(key, None)
     return out
 

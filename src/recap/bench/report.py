@@ -130,13 +130,13 @@ def table_rows(summaries: dict[str, dict[str, Any]]) -> list[list[str]]:
     return [[method] + [_fmt(s[key], spec) for _, key, spec in COLUMNS] for method, s in summaries.items()]
 
 
+NOISY_STEAL = 0.05  # a hypervisor that takes this share of the CPU makes step times jump from run to run
+
+
 def _steal_note(steal: float | None) -> str:
     if steal is None:
         return ""
     return f"; CPU steal {steal:.0%} of the run's CPU time" + (" (noisy timings)" if steal >= NOISY_STEAL else "")
-
-
-NOISY_STEAL = 0.05  # a hypervisor that takes this share of the CPU makes step times jump from run to run
 
 
 def markdown(results: dict[str, Any]) -> str:
