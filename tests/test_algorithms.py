@@ -86,6 +86,20 @@ def test_ancestor_mask_matches_paths() -> None:
             assert set(np.nonzero(mask[i])[0].tolist()) == set(tree.path(i))
 
 
+def test_additive_tree_mask_opens_the_prefix_and_each_path() -> None:
+    from recap.kernels.verify import additive_tree_mask
+
+    rng = np.random.default_rng(2)
+    for _ in range(50):
+        tree = random_tree(rng, int(rng.integers(1, 40)), vocab=50)
+        length = int(rng.integers(0, 30))
+        mask = additive_tree_mask(tree.parents, length, -7.0)
+        assert mask.shape == (1, 1, len(tree), length + len(tree)) and mask.dtype == np.float32
+        assert (mask[0, 0, :, :length] == 0).all()
+        assert np.array_equal(mask[0, 0, :, length:] == 0, reference_mask(tree))
+        assert set(np.unique(mask).tolist()) <= {0.0, -7.0}
+
+
 def test_draft_tree_rejects_bad_parents() -> None:
     with pytest.raises(ValueError, match="parents must precede"):
         DraftTree.from_lists([1, 2, 3], [-1, 2, 0])

@@ -100,13 +100,22 @@ def cache_kwarg(model: torch.nn.Module) -> str:
     return "cache" if "cache" in forward_parameters(model) else "past_key_values"
 
 
+# logits [N, V] of at most this many values get their top-k probabilities from one compiled pass;
+# above it torch's vectorized logsumexp is faster (its exp is vectorized, numba's is not)
+COMPILED_PROBABILITIES_MAX = 1 << 15
+
+
 def _candidates(logits: torch.Tensor, k: int) -> tuple[np.ndarray, TopK]:
     """The greedy token [N] (``argmax``, as generate takes it) and the top-k (ids, full-vocabulary
-    probs) [N, k] of ``logits`` [N, V], on the host. On the CPU one compiled pass per row finds
-    both (torch's argmax and topk cost 2-3x as much on a few rows); elsewhere torch's own ops."""
+    probs) [N, k] of ``logits`` [N, V], on the host. On the CPU compiled passes per row find them
+    (torch's argmax, topk, logsumexp and exp cost 2-3x as much on a few rows in the decode loop);
+    elsewhere torch's own ops."""
     logits = logits.float()
     if logits.device.type == "cpu":
-        greedy, ids, values = verify_kernels.top_candidates(np.ascontiguousarray(logits.numpy()), k)
+        rows = np.ascontiguousarray(logits.numpy())
+        greedy, ids, values = verify_kernels.top_candidates(rows, k)
+        if rows.size <= COMPILED_PROBABILITIES_MAX:
+            return greedy, TopK(ids, verify_kernels.top_probabilities(rows, values))
         with np.errstate(invalid="ignore"):  # a row of -inf gives NaN, as torch.softmax does
             probs = np.exp(values - torch.logsumexp(logits, dim=-1).numpy()[:, None])
         return greedy, TopK(ids, probs)
@@ -120,13 +129,14 @@ class HFTarget:
     it needs (``vocab_size``, ``placeholder_ids``; the support check runs on construction) and the
     three operations prefill, tree verify, KV commit.
 
-    ``k``: candidates per row of the top-k handed to the drafters. ``length`` is the number of
+    ``k``: candidates per row of the top-k handed to the drafters; ``support``: what
+    ``check_supported(model)`` returned for this call already (it is not run again). ``length`` is the number of
     committed tokens in the cache; the root of the next tree (the last committed token) is not in
     it yet.
     """
 
-    def __init__(self, model: torch.nn.Module, k: int) -> None:
-        self.support = check_supported(model)
+    def __init__(self, model: torch.nn.Module, k: int, support: TreeSupport | None = None) -> None:
+        self.support = check_supported(model) if support is None else support
         self.model = model
         self.k = k  # candidates per row of the top-k handed to drafters
         self.vocab_size = output_vocab_size(model)
@@ -217,6 +227,12 @@ class HFTarget:
         n, length, device = len(tree), self.length, self.device
         if n == 1 and not self.support.by_type and self.support.kinds[0].window is None:
             return None  # a plain step sees the whole cache: the model's own mask, as in generate's decode steps
+        if not self.support.by_type and self.support.kinds[0].window is None and self._cpu_kernels:
+            # the common case on the CPU: one full mask, built in one compiled pass (exact in any dtype:
+            # the blocked value is the dtype's own minimum)
+            blocked = float(torch.finfo(self.dtype).min)
+            mask = torch.from_numpy(verify_kernels.additive_tree_mask(tree.parents, length, blocked))
+            return mask if self.dtype == torch.float32 else mask.to(self.dtype)
         not_ancestor = torch.from_numpy(~tree.ancestor_mask()).to(device)
         if not self.support.by_type and self.support.kinds[0].window is None:  # the common case: one full mask
             mask = torch.zeros((1, 1, n, length + n), dtype=self.dtype, device=device)

@@ -1,11 +1,12 @@
-"""Compiled greedy acceptance, the tree's ancestor mask (references: ``recap.reference.verify``)
-and the greedy token and top-k candidates of logit rows (reference: ``torch.argmax`` / ``torch.topk``)."""
+"""Compiled greedy acceptance, the tree's ancestor mask and additive tree mask (references:
+``recap.reference.verify``), and the greedy token, top-k candidates and their probabilities of
+logit rows (references: ``torch.argmax`` / ``torch.topk`` / ``torch.softmax``)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..jit import njit
+from ..jit import njit, njit_fast_sum
 
 
 @njit
@@ -44,6 +45,22 @@ def ancestor_mask(parents: np.ndarray) -> np.ndarray:
 
 
 @njit
+def additive_tree_mask(parents: np.ndarray, length: int, blocked: float) -> np.ndarray:
+    """[1, 1, N, length + N] float32: 0 where node i may attend (the ``length`` committed slots,
+    itself, its ancestors), ``blocked`` elsewhere (a tree forward's 4-D additive mask)."""
+    n = parents.shape[0]
+    mask = np.full((1, 1, n, length + n), np.float32(blocked), np.float32)
+    rows = mask[0, 0]
+    for i in range(n):
+        rows[i, :length] = 0.0
+        p = parents[i]
+        if p >= 0:
+            rows[i, length : length + i] = rows[p, length : length + i]
+        rows[i, length + i] = 0.0
+    return mask
+
+
+@njit
 def top_candidates(logits: np.ndarray, k: int):
     """(greedy [N] int64, ids [N, k] int64, values [N, k] float32) of ``logits`` [N, V] float32
     (k <= V): ``greedy`` is each row's first maximum, or its first NaN (as ``torch.argmax``);
@@ -77,7 +94,30 @@ def top_candidates(logits: np.ndarray, k: int):
     return greedy, ids, values
 
 
+@njit_fast_sum
+def top_probabilities(logits: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """[N, k] float32: softmax(``logits`` [N, V] float32) at the top-k ``values`` [N, k] that
+    ``top_candidates`` found (``values[:, 0]`` is each row's maximum). A row with a NaN or with no
+    finite maximum gives NaN, as ``torch.softmax`` does. One compiled pass per row: on a few rows
+    of a small vocabulary it costs a third of torch's ``logsumexp`` + ``exp`` in the decode loop."""
+    n, v = logits.shape
+    k = values.shape[1]
+    probs = np.empty((n, k), np.float32)
+    for r in range(n):
+        top = values[r, 0]
+        total = 0.0  # float64: the sum of up to V float32 terms
+        row = logits[r]
+        for j in range(v):
+            total += np.float64(np.exp(row[j] - top))
+        log_total = np.float64(top) + np.log(total)
+        for i in range(k):
+            probs[r, i] = np.exp(np.float64(values[r, i]) - log_total)
+    return probs
+
+
 def warm_up() -> None:
     ancestor_mask(np.array([-1, 0]))
+    additive_tree_mask(np.array([-1, 0]), 3, -1.0)
     accept_greedy(np.zeros(2, np.int64), np.array([-1, 0]), np.array([0, 1]), np.zeros(2, np.int64))
     top_candidates(np.zeros((1, 2), np.float32), 1)
+    top_probabilities(np.zeros((1, 2), np.float32), np.zeros((1, 1), np.float32))
