@@ -33,6 +33,7 @@ from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteria
 from transformers.generation.configuration_utils import GenerationMode
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
+from .backends.capabilities import TreeSupport
 from .backends.hf import HFTarget, check_supported, output_vocab_size
 from .config import RecapConfig
 from .core.memory import TokenMemory
@@ -111,7 +112,7 @@ def generate(
         max_new_tokens = 128
     if max_new_tokens is not None and (not isinstance(max_new_tokens, int) or max_new_tokens < 1):
         raise ValueError(f"max_new_tokens must be a positive integer or None, got {max_new_tokens!r}")
-    check_supported(model)  # before generate's preparation: a clear error first (e.g. a meta-device model)
+    support = check_supported(model)  # before generate's preparation: a clear error first (e.g. a meta-device model)
     input_ids = _check_inputs(model, inputs)
     _stop_strings_as_criteria(generate_kwargs)
     entry = functools.partial(
@@ -121,6 +122,7 @@ def generate(
         recap_config=config,
         recap_memory=memory,
         recap_return_stats=True,
+        recap_support=support,
     )
     if max_new_tokens is not None:
         generate_kwargs["max_new_tokens"] = max_new_tokens
@@ -160,6 +162,7 @@ def speculative(
     recap_config: RecapConfig | None = None,
     recap_memory: TokenMemory | None = None,
     recap_return_stats: bool = False,
+    recap_support: TreeSupport | None = None,
     **model_kwargs: Any,
 ) -> torch.LongTensor | GenerateDecoderOnlyOutput:
     """Decode like ``generate`` would, with draft trees: pass as ``custom_generate=recap.speculative``.
@@ -169,7 +172,8 @@ def speculative(
     when sampling). Extra keyword arguments of ``model.generate``: ``recap_method`` (recap,
     token_recycling, pld, ar), ``recap_config`` (a ``RecapConfig``), ``recap_memory`` (a
     ``TokenMemory``), ``recap_return_stats`` (return a ``RecapGenerateOutput``: the sequences and
-    the call's ``DecodeStats``).
+    the call's ``DecodeStats``); ``recap.generate`` also hands over ``recap_support``, the support
+    check it ran already.
     Refused with a message: batches, beams, assisted / prompt-lookup generation, contrastive
     search, DoLa, constraints, classifier-free guidance, per-step outputs (scores, attentions...).
     """
@@ -187,7 +191,7 @@ def speculative(
             raise ValueError(f"unknown method {recap_method!r}: choose one of {', '.join(METHODS)}")
         config = recap_config or RecapConfig()
         memory = _request_memory(model, recap_method, config, recap_memory)
-        target = HFTarget(model, k=memory.k if memory is not None else config.k)
+        target = HFTarget(model, k=memory.k if memory is not None else config.k, support=recap_support)
         adaptive = recap_method == "recap" and config.adaptive_budget
         cost = step_cost(model, config.node_budget + 1) if adaptive else None
         drafter = make_drafter(recap_method, config, memory, target.placeholder_ids, cost)
