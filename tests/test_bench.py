@@ -575,6 +575,48 @@ def test_run_bench_sampling_mode_matches_seeded_generate() -> None:
         run_bench(model, processor, requests, parse_methods("hf-prompt-lookup"), sampling=sampling, progress=False)
 
 
+def test_run_bench_repeats_keep_the_median_run_from_one_memory_state() -> None:
+    """With repeats, each method decodes each request that many times from the memory it had before
+    the request (the last run on the memory itself, which carries on), and the median-time run is
+    recorded; every run's tokens are generate's."""
+    from recap import TokenMemory
+    from recap.backends.hf import output_vocab_size
+
+    model, processor = tiny_models.build("qwen2_5_vl")
+    requests = suite_requests("describe,ocr", 1, 2)
+    specs = parse_methods("token_recycling,recap")
+    memory = TokenMemory(output_vocab_size(model), k=8, method="recap")
+    copies = []
+    original_copy = TokenMemory.copy
+
+    def copy(self: TokenMemory) -> TokenMemory:
+        out = original_copy(self)
+        copies.append((self, out))
+        return out
+
+    TokenMemory.copy = copy
+    try:
+        results = run_bench(
+            model, processor, requests, specs, max_new_tokens=24, memory="warm", progress=False,
+            preset_memories={"recap": memory}, repeats=3, settings={},
+        )  # fmt: skip
+    finally:
+        TokenMemory.copy = original_copy
+    assert results["mismatches"] == []
+    records = results["samples"]
+    assert len(records) == len(requests) * 3  # one record per request and method
+    for record in records:
+        assert len(record["repeat_seconds"]) == 3
+        assert record["seconds"] == statistics.median(record["repeat_seconds"])
+        assert record["match"]
+    # two copies per request for each persistent method (recap and token_recycling), none of them the last run's
+    assert sum(source is memory for source, _ in copies) == 2 * len(requests)
+    assert int(memory.filled.sum()) > 0  # the last run of each request learned into the memory itself
+    assert results["settings"]["repeats"] == 3 and "median run kept" in results["settings"]["protocol"]
+    with pytest.raises(ValueError, match="repeats"):
+        run_bench(model, processor, requests, specs, repeats=0, progress=False)
+
+
 def test_run_bench_rejects_bad_memory_mode() -> None:
     model, processor = tiny_models.build("llava_next")
     with pytest.raises(ValueError, match="warm"):

@@ -211,6 +211,15 @@ def bench(
     memory: Annotated[
         str, typer.Option(help="warm: persistent memories carried across requests; cold: reset")
     ] = "warm",
+    repeats: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="decode each request this many times per method, each time from the same memory state, and keep "
+            "the median run: steadier ratios on a machine whose speed jumps (shared or virtual CPUs); takes this "
+            "many times as long",
+        ),
+    ] = 1,
     ablate: Annotated[
         bool, typer.Option("--ablate", help="add RECAP without each of its parts, and the paper's setting")
     ] = False,
@@ -264,8 +273,9 @@ def bench(
             settings["model_note"] = note
             console.print(f"{model}: {note}")
         results, cost_table = bench_plan.execute(
-            plan, loaded, processor, settings, max_new_tokens, memory, recap_memory, costs, seed, say=console.print
-        )
+            plan, loaded, processor, settings, max_new_tokens, memory, recap_memory, costs, seed, say=console.print,
+            repeats=repeats,
+        )  # fmt: skip
         workload = plan.workload
         out = out or Path("bench_out") / Path(model).name
         write(results, out)
@@ -274,7 +284,8 @@ def bench(
     except (RecapError, ValueError, OSError) as exc:
         fail(str(exc))
     decoding = ", ".join(f"{k} {v}" for k, v in sampling.items() if k != "do_sample") if sampling else "greedy"
-    table = Table(title=f"{model}: {workload}, memory {memory}, max_new_tokens {max_new_tokens}, {decoding}")
+    kept = f", median of {repeats} runs" if repeats > 1 else ""
+    table = Table(title=f"{model}: {workload}, memory {memory}, max_new_tokens {max_new_tokens}, {decoding}{kept}")
     table.add_column("method", no_wrap=True)
     for title, _, _ in COLUMNS:
         table.add_column(title, justify="right")

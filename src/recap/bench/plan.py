@@ -106,9 +106,11 @@ def execute(
     costs: bool,
     seed: int,
     say: Callable[[str], None] = print,
+    repeats: int = 1,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Run the plan: kernels compiled before any timing, the verify-cost ladder (if ``costs``),
-    then every method on every request (``run_bench``). Returns (results, cost table or None)."""
+    then every method on every request, ``repeats`` times each (``run_bench``). Returns (results,
+    cost table or None)."""
     kernel_seconds = ensure_ready()  # compiled on a machine's first run, then cached
     say(f"drafting kernels ready in {kernel_seconds:.1f} s (numba: compiled once per machine, cached)")
     settings = {**settings, "workload": bench.workload, "kernels_ready_seconds": round(kernel_seconds, 2)}
@@ -129,5 +131,6 @@ def execute(
         costs=cost_table,
         sampling=bench.sampling,
         seed=seed,
+        repeats=repeats,
     )
     return results, cost_table
