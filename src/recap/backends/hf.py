@@ -130,9 +130,9 @@ class HFTarget:
     three operations prefill, tree verify, KV commit.
 
     ``k``: candidates per row of the top-k handed to the drafters; ``support``: what
-    ``check_supported(model)`` returned for this call already (it is not run again). ``length`` is the number of
-    committed tokens in the cache; the root of the next tree (the last committed token) is not in
-    it yet.
+    ``check_supported(model)`` returned for this call already (it is not run again). ``length`` is
+    the number of committed tokens in the cache; the root of the next tree (the last committed
+    token) is not in it yet.
     """
 
     def __init__(self, model: torch.nn.Module, k: int, support: TreeSupport | None = None) -> None:
@@ -153,6 +153,8 @@ class HFTarget:
         # tree forwards on the CPU: grouped KV heads skip repeat_kv (grouped_sdpa), linear layers take
         # their few rows with the faster of two kernels for the shape (few_row_linear)
         self._cpu_kernels = self.device.type == "cpu"
+        # every layer attends to the whole prefix: one mask serves them all (else one per attention kind)
+        self._one_full_mask = not self.support.by_type and self.support.kinds[0].window is None
         if self._cpu_kernels:
             grouped_sdpa.install()
             few_row_linear.install()
@@ -225,16 +227,16 @@ class HFTarget:
         """Additive [1, 1, N, L + N] mask: a node sees the committed prefix and its ancestors
         (within its layers' window); one per attention kind, keyed by layer type if several."""
         n, length, device = len(tree), self.length, self.device
-        if n == 1 and not self.support.by_type and self.support.kinds[0].window is None:
+        if n == 1 and self._one_full_mask:
             return None  # a plain step sees the whole cache: the model's own mask, as in generate's decode steps
-        if not self.support.by_type and self.support.kinds[0].window is None and self._cpu_kernels:
-            # the common case on the CPU: one full mask, built in one compiled pass (exact in any dtype:
-            # the blocked value is the dtype's own minimum)
+        if self._one_full_mask and self._cpu_kernels:
+            # the common case on the CPU, built in one compiled pass (exact in any dtype: the blocked value
+            # is the dtype's own minimum)
             blocked = float(torch.finfo(self.dtype).min)
             mask = torch.from_numpy(verify_kernels.additive_tree_mask(tree.parents, length, blocked))
             return mask if self.dtype == torch.float32 else mask.to(self.dtype)
         not_ancestor = torch.from_numpy(~tree.ancestor_mask()).to(device)
-        if not self.support.by_type and self.support.kinds[0].window is None:  # the common case: one full mask
+        if self._one_full_mask:  # the common case elsewhere
             mask = torch.zeros((1, 1, n, length + n), dtype=self.dtype, device=device)
             mask[0, 0, :, length:].masked_fill_(not_ancestor, torch.finfo(self.dtype).min)
             return mask

@@ -49,14 +49,14 @@ def additive_tree_mask(parents: np.ndarray, length: int, blocked: float) -> np.n
     """[1, 1, N, length + N] float32: 0 where node i may attend (the ``length`` committed slots,
     itself, its ancestors), ``blocked`` elsewhere (a tree forward's 4-D additive mask)."""
     n = parents.shape[0]
+    sees = ancestor_mask(parents)
     mask = np.full((1, 1, n, length + n), np.float32(blocked), np.float32)
     rows = mask[0, 0]
     for i in range(n):
         rows[i, :length] = 0.0
-        p = parents[i]
-        if p >= 0:
-            rows[i, length : length + i] = rows[p, length : length + i]
-        rows[i, length + i] = 0.0
+        for j in range(i + 1):
+            if sees[i, j]:
+                rows[i, length + j] = 0.0
     return mask
 
 
