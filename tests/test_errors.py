@@ -156,3 +156,15 @@ def test_a_model_in_train_mode_decodes_in_eval_mode_and_is_restored() -> None:
         assert recap.generate(model, inputs, method, 40).token_ids == expected
     assert model.training and model.model.layers[1].training and model.model.layers[1].self_attn.training
     assert not model.model.layers[0].training and not model.model.layers[0].self_attn.training
+
+
+def test_one_submodule_in_train_mode_is_found_and_restored() -> None:
+    config = tiny_text_config("llama", initializer_range=0.3, attention_dropout=0.5)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    inputs = {"input_ids": torch.tensor([[9, 4, 5, 6, 14, 18]])}
+    expected = reference(model, inputs, 30)
+    model.model.layers[1].self_attn.train()  # only a leaf-level module: the root reads eval
+    assert recap.generate(model, inputs, "recap", 30).token_ids == expected
+    assert model.model.layers[1].self_attn.training and not model.training and not model.model.layers[1].training
