@@ -141,12 +141,16 @@ def test_user_position_ids_are_honoured_as_generate_does() -> None:
         recap.generate(model, dict(inputs, position_ids=torch.arange(2).view(1, -1)))
 
 
-def test_a_model_in_train_mode_decodes_in_eval_mode_and_is_restored() -> None:
+def _llama_with_dropout() -> tuple[LlamaForCausalLM, dict[str, torch.Tensor]]:
+    """A tiny Llama in eval mode whose attention dropout (0.5) would change its tokens in train mode."""
     config = tiny_text_config("llama", initializer_range=0.3, attention_dropout=0.5)
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    model = LlamaForCausalLM(config).eval()
-    inputs = {"input_ids": torch.tensor([[9, 4, 5, 6, 14, 18]])}
+    return LlamaForCausalLM(config).eval(), {"input_ids": torch.tensor([[9, 4, 5, 6, 14, 18]])}
+
+
+def test_a_model_in_train_mode_decodes_in_eval_mode_and_is_restored() -> None:
+    model, inputs = _llama_with_dropout()
     expected = reference(model, inputs, 40)
     model.train()
     model.model.layers[0].eval()  # a submodule the user froze stays in eval mode
@@ -159,11 +163,7 @@ def test_a_model_in_train_mode_decodes_in_eval_mode_and_is_restored() -> None:
 
 
 def test_one_submodule_in_train_mode_is_found_and_restored() -> None:
-    config = tiny_text_config("llama", initializer_range=0.3, attention_dropout=0.5)
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).eval()
-    inputs = {"input_ids": torch.tensor([[9, 4, 5, 6, 14, 18]])}
+    model, inputs = _llama_with_dropout()
     expected = reference(model, inputs, 30)
     model.model.layers[1].self_attn.train()  # only a leaf-level module: the root reads eval
     assert recap.generate(model, inputs, "recap", 30).token_ids == expected
