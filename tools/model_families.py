@@ -4,6 +4,7 @@ its ``<!-- families:start -->`` and ``<!-- families:end -->`` markers) and tests
 (what tests/test_families.py holds each family to).
 
     OMP_NUM_THREADS=1 nice -n 19 .venv/bin/python tools/model_families.py [--only gpt2,llama] [--no-write]
+    .venv/bin/python tools/model_families.py --new   # only the families without a record, merged in
 
 Each family runs in a forked child (memory cap, time limit), so one that cannot be built
 small (default vision towers of several GB) cannot take the survey down.
@@ -59,6 +60,20 @@ def run_one(family: families.Family, lengths: tuple[int, ...]) -> families.Outco
     return families.Outcome(*json.loads(data))
 
 
+def recorded_outcomes() -> dict[tuple[str, str], families.Outcome]:
+    """The outcomes the table of docs/models.md records, by (kind, model type)."""
+    text = TABLE_PAGE.read_text().split(START)[1].split(END)[0]
+    kind, recorded = None, {}
+    for line in text.splitlines():
+        if line.startswith("**"):
+            kind = "text" if line.startswith("**Decoder-only") else "image-text"
+        elif line.startswith("| `"):
+            model_type, _, status = (cell.strip() for cell in line.strip("| ").split(" | ", 2))
+            name, _, detail = status.partition(": ")
+            recorded[(kind, model_type.strip("`"))] = families.Outcome(name, detail.replace("\\|", "|"))
+    return recorded
+
+
 def table(results: dict[families.Family, families.Outcome]) -> str:
     def cell(text: str) -> str:
         return text.replace("|", "\\|").replace("\n", " ")
@@ -80,10 +95,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--only", default="", help="comma-separated model types (default: all)")
     parser.add_argument("--no-write", action="store_true", help="print only; do not write the table or the status file")
+    parser.add_argument(
+        "--new", action="store_true",
+        help="survey only the families this transformers offers that have no record (a new release), and write "
+        "them in among the recorded ones; records of families it no longer offers are dropped",
+    )  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(1)
     only = {t for t in args.only.split(",") if t}
-    chosen = [f for f in families.all_families() if not only or f.model_type in only]
+    offered = families.all_families()
+    recorded = recorded_outcomes() if args.new else {}
+    chosen = [f for f in offered if (not only or f.model_type in only) and (f.kind, f.model_type) not in recorded]
     results = {}
     for family in chosen:
         start = time.perf_counter()
@@ -96,6 +118,8 @@ def main() -> int:
     bad = [f.model_type for f, o in results.items() if o.status in ("mismatch", "crash")]
     if args.no_write or only:
         return 1 if bad else 0
+    if args.new:  # every family offered, in the survey's order: the new outcomes among the recorded ones
+        results = {f: results.get(f) or recorded[(f.kind, f.model_type)] for f in offered}
     text = TABLE_PAGE.read_text()
     head, rest = text.split(START)
     _, tail = rest.split(END)
