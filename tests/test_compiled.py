@@ -287,7 +287,7 @@ def test_best_first_tree_and_layout_equal_the_reference(calibrated: bool) -> Non
             )  # fmt: skip
             assert keep == best_size(np.cumsum(full.probs), step_costs), trial
             assert full.tokens[: len(tokens)] == tokens.tolist()
-        for keep in {1, len(tokens), int(rng.integers(1, len(tokens) + 1))}:
+        for keep in {1, min(2, len(tokens)), len(tokens), int(rng.integers(1, len(tokens) + 1))}:
             graft = rng.integers(0, vocab, size=int(rng.integers(0, 4)))
             graft_probs, graft_cells = rng.uniform(0, 1, len(graft)), rng.integers(0, N_CELLS, len(graft))
             want, want_cells = layout(reference, keep, graft.tolist(), graft_probs.tolist(), graft_cells.tolist())
@@ -295,6 +295,7 @@ def test_best_first_tree_and_layout_equal_the_reference(calibrated: bool) -> Non
             assert got.tokens.tolist() == want.tokens.tolist() and got.parents.tolist() == want.parents.tolist(), trial
             assert got.depths.tolist() == want.depths.tolist() and got.sources.tolist() == want.sources.tolist()
             assert got.probs.tolist() == want.probs.tolist() and got.cells.tolist() == want_cells.tolist()
+            assert got.sources.dtype == np.int8 and got.tokens.dtype == got.parents.dtype == np.int64
 
 
 def test_calibration_learns_acceptance_rates_per_cell() -> None:

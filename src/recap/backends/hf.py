@@ -7,10 +7,9 @@ model's own forward with a 4-D mask, explicit positions and a cache recap owns.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -105,17 +104,21 @@ def cache_kwarg(model: torch.nn.Module) -> str:
 COMPILED_PROBABILITIES_MAX = 1 << 15
 
 
-def _candidates(logits: torch.Tensor, k: int) -> tuple[np.ndarray, TopK]:
+def _candidates(logits: torch.Tensor, k: int, on_cpu: bool | None = None) -> tuple[np.ndarray, TopK]:
     """The greedy token [N] (``argmax``, as generate takes it) and the top-k (ids, full-vocabulary
     probs) [N, k] of ``logits`` [N, V], on the host. On the CPU compiled passes per row find them
     (torch's argmax, topk, logsumexp and exp cost 2-3x as much on a few rows in the decode loop);
-    elsewhere torch's own ops."""
-    logits = logits.float()
-    if logits.device.type == "cpu":
-        rows = np.ascontiguousarray(logits.numpy())
-        greedy, ids, values = verify_kernels.top_candidates(rows, k)
+    elsewhere torch's own ops. ``on_cpu``: whether ``logits`` are on the CPU, if the caller knows."""
+    if logits.dtype != torch.float32:
+        logits = logits.float()
+    if logits.device.type == "cpu" if on_cpu is None else on_cpu:
+        rows = logits.numpy()
+        if not rows.flags.c_contiguous:
+            rows = np.ascontiguousarray(rows)
         if rows.size <= COMPILED_PROBABILITIES_MAX:
-            return greedy, TopK(ids, verify_kernels.top_probabilities(rows, values))
+            greedy, ids, probs = verify_kernels.top_candidates_and_probabilities(rows, k)
+            return greedy, TopK(ids, probs)
+        greedy, ids, values = verify_kernels.top_candidates(rows, k)
         with np.errstate(invalid="ignore"):  # a row of -inf gives NaN, as torch.softmax does
             probs = np.exp(values - torch.logsumexp(logits, dim=-1).numpy()[:, None])
         return greedy, TopK(ids, probs)
@@ -152,7 +155,8 @@ class HFTarget:
         self._pending = 0
         # tree forwards on the CPU: grouped KV heads skip repeat_kv (grouped_sdpa), linear layers take
         # their few rows with the faster of two kernels for the shape (few_row_linear)
-        self._cpu_kernels = self.device.type == "cpu"
+        self._cpu_kernels = self._on_cpu = self.device.type == "cpu"
+        self._position_base_host = self.position_base.cpu().numpy()
         # every layer attends to the whole prefix: one mask serves them all (else one per attention kind)
         self._one_full_mask = not self.support.by_type and self.support.kinds[0].window is None
         if self._cpu_kernels:
@@ -186,42 +190,40 @@ class HFTarget:
             )
         self.cache = cache
         self.position_base = position_ids[..., -1:] + (1 - length)
+        if self._on_cpu:
+            self._position_base_host = self.position_base.numpy()
         self.length = length
         logits = out.logits[0]  # [P + 1, V]
         if not positions:
             return Prefill(int(logits[-1].argmax()), None, logits[-1:])
-        greedy, topk = _candidates(logits, self.k)
+        greedy, topk = _candidates(logits, self.k, self._on_cpu)
         return Prefill(int(greedy[-1]), TopK(topk.ids[:-1], topk.probs[:-1]), logits[-1:])
 
     def verify(self, tree: DraftTree) -> Verification:
         """One forward over all tree nodes: the greedy next token after each node [N], the
         top-k there and the raw logits [N, V]."""
         n, length = len(tree), self.length
-        device = self.device
-        input_ids = torch.from_numpy(tree.tokens).to(device).view(1, n)
-        depths = torch.from_numpy(tree.depths).to(device)
-        position_ids = self.position_base + (length + depths)  # [1, N] or [R, 1, N]
+        if self._on_cpu:  # numpy, then shared with torch: each torch op costs ~10 us in the decode loop
+            input_ids = torch.from_numpy(tree.tokens).view(1, n)
+            depths = torch.from_numpy(tree.depths)
+            position_ids = torch.from_numpy(self._position_base_host + (length + tree.depths))  # [1, N] or [R, 1, N]
+        else:
+            input_ids = torch.from_numpy(tree.tokens).to(self.device).view(1, n)
+            depths = torch.from_numpy(tree.depths).to(self.device)
+            position_ids = self.position_base + (length + depths)
         with torch.inference_mode():
             mask = self._tree_mask(tree, depths)
-            with self._tree_kernels(tree_forward=n > 1):
-                out = self.model(
-                    input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=True,
-                    **{self.cache_kwarg: self.cache},
-                )  # fmt: skip
+            forward = dict(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=True)
+            forward[self.cache_kwarg] = self.cache
+            if n > 1 and self._cpu_kernels:
+                with grouped_sdpa.grouped(), few_row_linear.fastest():
+                    out = self.model(**forward)
+            else:  # a plain step, or any forward on another device, runs the model's own kernels
+                out = self.model(**forward)
             logits = out.logits[0]  # [N, V]
-            greedy, topk = _candidates(logits, self.k)
+            greedy, topk = _candidates(logits, self.k, self._on_cpu)
         self._pending = n
         return Verification(greedy, topk, logits)
-
-    @contextlib.contextmanager
-    def _tree_kernels(self, tree_forward: bool) -> Iterator[None]:
-        """The CPU kernels of a tree forward (grouped_sdpa, few_row_linear); a plain step, or any
-        forward on another device, runs the model's own."""
-        if not (self._cpu_kernels and tree_forward):
-            yield
-            return
-        with grouped_sdpa.grouped(), few_row_linear.fastest():
-            yield
 
     def _tree_mask(self, tree: DraftTree, depths: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor] | None:
         """Additive [1, 1, N, L + N] mask: a node sees the committed prefix and its ancestors

@@ -202,6 +202,9 @@ class RecapDrafter:
     def _set_root(self, history: Sequence[int]) -> None:
         """The root of the next verified tree is ``history[-1]``: keep its last 3 tokens."""
         context = self._root_context
+        if len(history) >= 3:  # three scalar writes: a slice assignment from a list costs more in the loop
+            context[0], context[1], context[2] = history[-3], history[-2], history[-1]
+            return
         context[:] = -1
         tail = history[-3:]
         context[3 - len(tail) :] = tail

@@ -526,6 +526,12 @@ def layout(
     graft_cells: np.ndarray,  # [G] int64
 ) -> LaidOutTree:
     """The first ``built.keep`` nodes plus the graft, depth-first (reference: ``tree_builder.layout``)."""
+    keep = built.keep
+    if keep <= 2 and not len(graft):  # the root and at most one child are in depth-first order already
+        return LaidOutTree(
+            built.tokens[:keep], built.parents[:keep], built.depths[:keep], built.sources[:keep].astype(np.int8),
+            built.probs[:keep], built.cells[:keep],
+        )  # fmt: skip
     return LaidOutTree(
         *_layout(
             built.tokens, built.parents, built.sources, built.probs, built.cells, built.keep, graft, graft_probs,

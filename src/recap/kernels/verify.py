@@ -115,9 +115,18 @@ def top_probabilities(logits: np.ndarray, values: np.ndarray) -> np.ndarray:
     return probs
 
 
+@njit
+def top_candidates_and_probabilities(logits: np.ndarray, k: int):
+    """``top_candidates`` and ``top_probabilities`` in one call: (greedy [N] int64, ids [N, k]
+    int64, probs [N, k] float32)."""
+    greedy, ids, values = top_candidates(logits, k)
+    return greedy, ids, top_probabilities(logits, values)
+
+
 def warm_up() -> None:
     ancestor_mask(np.array([-1, 0]))
     additive_tree_mask(np.array([-1, 0]), 3, -1.0)
     accept_greedy(np.zeros(2, np.int64), np.array([-1, 0]), np.array([0, 1]), np.zeros(2, np.int64))
     top_candidates(np.zeros((1, 2), np.float32), 1)
     top_probabilities(np.zeros((1, 2), np.float32), np.zeros((1, 1), np.float32))
+    top_candidates_and_probabilities(np.zeros((1, 2), np.float32), 1)
