@@ -152,3 +152,43 @@ def test_exploration_takes_a_bounded_share_of_the_time() -> None:
     overhead = sum(seconds) / (len(after_probes) * curve[1]) - 1
     assert 0 < overhead <= 0.006, overhead
     assert sum(s > 1 for s in after_probes) >= 5  # forced sizes still measured now and then
+
+
+def test_sizes_timed_at_different_speeds_compare_as_if_timed_together() -> None:
+    """The machine slows down 1.6x while only plain steps run: the 8-node size, timed before,
+    still costs more than the plain step. Kept as measured, its old median would make the plain
+    step look as cheap as it (the cheapest size at least as big), and every tree free."""
+    rng = np.random.default_rng(7)
+    tracked, as_measured = StepCost(8, explore_every=0, sweep_every=0), StepCost(8, speed_window=0)
+    for cost in (tracked, as_measured):
+        for _ in range(20):
+            cost.record(1, 0.0010 * (1 + 0.03 * rng.standard_normal()))
+            cost.record(8, 0.0013 * (1 + 0.03 * rng.standard_normal()))
+        for _ in range(300):  # slower now, with a stall now and then
+            cost.record(1, 0.0016 * (1 + 0.03 * rng.standard_normal()) * (20 if rng.random() < 0.02 else 1))
+    costs = dict(zip(tracked.sizes, tracked.costs()))
+    assert costs[8] / costs[1] == pytest.approx(1.3, rel=0.05) and tracked.speed == pytest.approx(1.6, rel=0.05)
+    flat = dict(zip(as_measured.sizes, as_measured.costs()))
+    assert flat[1] == flat[8] and as_measured.speed == 1.0
+    weak = np.cumsum(np.concatenate([[1.0], 0.02 * 0.5 ** np.arange(7)]))  # 0.04 tokens expected at most
+    assert step_cost.best_size(weak, tracked.dense()) == 1 and step_cost.best_size(weak, as_measured.dense()) == 8
+
+
+def test_a_drifting_machine_still_gets_its_fastest_size() -> None:
+    """The measured CPU curve on a machine whose speed wanders by up to 1.5x over minutes: the
+    size chosen most often is still near the best, and the tokens per second close to it."""
+    rng = np.random.default_rng(3)
+    cost = StepCost(64)
+    best = best_size(cpu_curve, 64)
+    clock = [0]
+
+    def drifting(size: int) -> float:
+        clock[0] += 1
+        return cpu_curve(size) * (1.25 + 0.25 * np.sin(clock[0] / 150))
+
+    settled = run(cost, drifting, 1500, rng, noise=0.05)[100:]
+    expected = expected_tokens(64)
+    rate = {s: expected[s - 1] / cpu_curve(s) for s in range(1, 65)}
+    near_best = {s for s in rate if rate[s] >= 0.97 * rate[best]}
+    assert max(set(settled), key=settled.count) in near_best
+    assert np.mean([rate[s] for s in settled]) > 0.93 * rate[best]

@@ -15,6 +15,16 @@ filled with more drafts up to a bigger size that verifies faster: on two cores a
 can cost more than an 8-row one), interpolated between measured sizes, and extrapolated along
 the slope of the last two beyond the largest size measured.
 
+The machine's speed drifts (other processes, frequency changes, a shared host), and a size
+measured only now and then would be compared with sizes measured at another speed: one size timed
+in a fast minute makes every smaller size look as cheap (the "cheapest size at least as big"
+reading). So step times are kept in units of a reference speed: a running speed index, the
+median of the last ``speed_window`` steps' time over their size's median (a stall does not move
+it; a change of speed moves it within a few steps, before the sizes' medians follow), divides
+every time recorded. Sizes measured
+minutes apart then compare as if timed together; ``measured`` and ``costs`` are in seconds at the
+speed of the first steps timed.
+
 Exploration has a bounded price: the forced sizes take at most ``explore_share`` of the time
 beyond what the size last picked would have taken (by their median step times). The first calls
 probe the ladder upwards from the plain step, each size 4 times the last, and stop at the first
@@ -28,6 +38,7 @@ the drafter's confidence step by step.
 
 from __future__ import annotations
 
+import math
 import statistics
 import threading
 from collections import deque
@@ -46,7 +57,8 @@ def ladder(max_nodes: int) -> list[int]:
 class StepCost:
     """Per-size step times of one model on one machine (thread-safe).
 
-    ``max_nodes``: the largest tree (root included) the drafter may verify.
+    ``max_nodes``: the largest tree (root included) the drafter may verify; ``speed_window``: the
+    steps the speed index is the median of (0 keeps the times as measured).
     """
 
     def __init__(
@@ -57,6 +69,7 @@ class StepCost:
         sweep_every: int = 64,
         max_gain: float = 4.0,
         explore_share: float = 0.02,
+        speed_window: int = 9,
     ) -> None:
         if max_nodes < 1:
             raise ValueError(f"a tree has at least 1 node, got max_nodes={max_nodes}")
@@ -70,7 +83,9 @@ class StepCost:
         self.explore_share = explore_share
         self._spent = 0.0  # estimated seconds forced sizes cost beyond the size the rule last picked
         self._total = 0.0  # seconds of all steps recorded
-        self._times = [deque(maxlen=window) for _ in self.sizes]
+        self._times = [deque(maxlen=window) for _ in self.sizes]  # seconds at the reference speed
+        self._log_ratios: deque[float] = deque(maxlen=speed_window)  # the last steps' log(time / median)
+        self._log_speed = 0.0  # log of the speed index: how much slower than the reference the machine runs now
         self._dense: np.ndarray | None = None  # dense(), refreshed after every few records
         self._fresh = 0  # records since the last refresh
         self._calls = 0
@@ -109,14 +124,27 @@ class StepCost:
 
     def record(self, nodes: int, seconds: float) -> None:
         """One step verified a tree of ``nodes`` nodes and took ``seconds`` in all (drafting,
-        verifying, committing and learning)."""
+        verifying, committing and learning): the speed index moves with it, and it is kept
+        divided by the index."""
+        index = self.bucket(nodes)
         with self._lock:
-            self._times[self.bucket(nodes)].append(seconds)
+            times = self._times[index]
+            if self._log_ratios.maxlen and len(times) >= 3 and seconds > 0:
+                self._log_ratios.append(math.log(seconds / statistics.median(times)))
+                self._log_speed = statistics.median(self._log_ratios)
+            seconds /= math.exp(self._log_speed)
+            times.append(seconds)
             self._fresh += 1
             self._total += seconds
 
+    @property
+    def speed(self) -> float:
+        """The speed index: a step now takes this many times what it took at the reference speed."""
+        with self._lock:
+            return math.exp(self._log_speed)
+
     def measured(self) -> dict[int, float]:
-        """Median seconds of each size measured so far."""
+        """Median seconds (at the reference speed) of each size measured so far."""
         with self._lock:
             return {size: statistics.median(t) for size, t in zip(self.sizes, self._times) if t}
 
