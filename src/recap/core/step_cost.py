@@ -21,9 +21,8 @@ in a fast minute makes every smaller size look as cheap (the "cheapest size at l
 reading). So step times are kept in units of a reference speed: a running speed index, the
 median of the last ``speed_window`` steps' time over their size's median (a stall does not move
 it; a change of speed moves it within a few steps, before the sizes' medians follow), divides
-every time recorded. Sizes measured
-minutes apart then compare as if timed together; ``measured`` and ``costs`` are in seconds at the
-speed of the first steps timed.
+every time recorded. Sizes measured minutes apart then compare as if timed together; ``measured``
+and ``costs`` are in seconds at the speed of the first steps timed.
 
 Exploration has a bounded price: the forced sizes take at most ``explore_share`` of the time
 beyond what the size last picked would have taken (by their median step times). The first calls
@@ -82,7 +81,7 @@ class StepCost:
         self.max_gain = max_gain
         self.explore_share = explore_share
         self._spent = 0.0  # estimated seconds forced sizes cost beyond the size the rule last picked
-        self._total = 0.0  # seconds of all steps recorded
+        self._total = 0.0  # seconds (at the reference speed) of all steps recorded
         self._times = [deque(maxlen=window) for _ in self.sizes]  # seconds at the reference speed
         self._log_ratios: deque[float] = deque(maxlen=speed_window)  # the last steps' log(time / median)
         self._log_speed = 0.0  # log of the speed index: how much slower than the reference the machine runs now
