@@ -104,14 +104,14 @@ def cache_kwarg(model: torch.nn.Module) -> str:
 COMPILED_PROBABILITIES_MAX = 1 << 15
 
 
-def _candidates(logits: torch.Tensor, k: int, on_cpu: bool | None = None) -> tuple[np.ndarray, TopK]:
+def _candidates(logits: torch.Tensor, k: int) -> tuple[np.ndarray, TopK]:
     """The greedy token [N] (``argmax``, as generate takes it) and the top-k (ids, full-vocabulary
     probs) [N, k] of ``logits`` [N, V], on the host. On the CPU compiled passes per row find them
     (torch's argmax, topk, logsumexp and exp cost 2-3x as much on a few rows in the decode loop);
-    elsewhere torch's own ops. ``on_cpu``: whether ``logits`` are on the CPU, if the caller knows."""
+    elsewhere torch's own ops."""
     if logits.dtype != torch.float32:
         logits = logits.float()
-    if logits.device.type == "cpu" if on_cpu is None else on_cpu:
+    if logits.is_cpu:
         rows = logits.numpy()
         if not rows.flags.c_contiguous:
             rows = np.ascontiguousarray(rows)
@@ -155,11 +155,10 @@ class HFTarget:
         self._pending = 0
         # tree forwards on the CPU: grouped KV heads skip repeat_kv (grouped_sdpa), linear layers take
         # their few rows with the faster of two kernels for the shape (few_row_linear)
-        self._cpu_kernels = self._on_cpu = self.device.type == "cpu"
-        self._position_base_host = self.position_base.cpu().numpy()
+        self._on_cpu = self.device.type == "cpu"
         # every layer attends to the whole prefix: one mask serves them all (else one per attention kind)
         self._one_full_mask = not self.support.by_type and self.support.kinds[0].window is None
-        if self._cpu_kernels:
+        if self._on_cpu:
             grouped_sdpa.install()
             few_row_linear.install()
 
@@ -190,13 +189,11 @@ class HFTarget:
             )
         self.cache = cache
         self.position_base = position_ids[..., -1:] + (1 - length)
-        if self._on_cpu:
-            self._position_base_host = self.position_base.numpy()
         self.length = length
         logits = out.logits[0]  # [P + 1, V]
         if not positions:
             return Prefill(int(logits[-1].argmax()), None, logits[-1:])
-        greedy, topk = _candidates(logits, self.k, self._on_cpu)
+        greedy, topk = _candidates(logits, self.k)
         return Prefill(int(greedy[-1]), TopK(topk.ids[:-1], topk.probs[:-1]), logits[-1:])
 
     def verify(self, tree: DraftTree) -> Verification:
@@ -206,7 +203,7 @@ class HFTarget:
         if self._on_cpu:  # numpy, then shared with torch: each torch op costs ~10 us in the decode loop
             input_ids = torch.from_numpy(tree.tokens).view(1, n)
             depths = torch.from_numpy(tree.depths)
-            position_ids = torch.from_numpy(self._position_base_host + (length + tree.depths))  # [1, N] or [R, 1, N]
+            position_ids = torch.from_numpy(self.position_base.numpy() + (length + tree.depths))  # [1, N] or [R, 1, N]
         else:
             input_ids = torch.from_numpy(tree.tokens).to(self.device).view(1, n)
             depths = torch.from_numpy(tree.depths).to(self.device)
@@ -215,13 +212,13 @@ class HFTarget:
             mask = self._tree_mask(tree, depths)
             forward = dict(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=True)
             forward[self.cache_kwarg] = self.cache
-            if n > 1 and self._cpu_kernels:
+            if n > 1 and self._on_cpu:
                 with grouped_sdpa.grouped(), few_row_linear.fastest():
                     out = self.model(**forward)
             else:  # a plain step, or any forward on another device, runs the model's own kernels
                 out = self.model(**forward)
             logits = out.logits[0]  # [N, V]
-            greedy, topk = _candidates(logits, self.k, self._on_cpu)
+            greedy, topk = _candidates(logits, self.k)
         self._pending = n
         return Verification(greedy, topk, logits)
 
@@ -231,7 +228,7 @@ class HFTarget:
         n, length, device = len(tree), self.length, self.device
         if n == 1 and self._one_full_mask:
             return None  # a plain step sees the whole cache: the model's own mask, as in generate's decode steps
-        if self._one_full_mask and self._cpu_kernels:
+        if self._one_full_mask and self._on_cpu:
             # the common case on the CPU, built in one compiled pass (exact in any dtype: the blocked value
             # is the dtype's own minimum)
             blocked = float(torch.finfo(self.dtype).min)
