@@ -139,6 +139,28 @@ def test_outside_the_context_and_off_its_shapes_the_layer_runs_its_own_forward()
     assert few_row_linear.choices() == {}  # nothing was timed
 
 
+class _Doubled(torch.nn.Module):
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        return weight * 2
+
+
+def test_a_layer_whose_weight_or_bias_is_not_a_plain_parameter_runs_its_own_forward() -> None:
+    """The lean path reads the parameters from their dict; a parametrized weight, or a bias kept as a
+    buffer, is not there, and the layer's own forward (which reads the attributes) must run."""
+    few_row_linear.install()
+    few_row_linear.forget()
+    parametrized, buffered = _layers()
+    torch.nn.utils.parametrize.register_parametrization(parametrized, "weight", _Doubled())
+    del buffered.bias
+    buffered.register_buffer("bias", torch.randn(160))
+    x = torch.randn(1, 4, 96)
+    for layer in (parametrized, buffered):
+        with torch.inference_mode(), few_row_linear.fastest():
+            out = layer(x)
+        assert torch.equal(out, F.linear(x, layer.weight, layer.bias))
+    assert few_row_linear.choices() == {}  # neither went through the kernel choice
+
+
 def test_a_subclass_with_its_own_forward_is_left_alone() -> None:
     few_row_linear.install()
     layer = _OwnForward(8, 4)

@@ -42,7 +42,7 @@ REVISIT = 4096  # calls of a decided shape after which its kernels are timed aga
 
 Key = tuple[torch.Size, bool, int, int]  # (weight shape [out, in], has bias, rows, torch threads)
 
-_ON = contextvars.ContextVar("recap_few_row_linear", default=False)
+_ON = contextvars.ContextVar("recap_few_row_linear", default=0)  # inside fastest(): torch's thread count
 _ORIGINAL = torch.nn.Linear.forward
 _ROWS_FIRST: dict[Key, bool] = {}  # decided shapes: rows-first is the faster kernel
 _TIMES: dict[Key, tuple[list[float], list[float]]] = {}  # shapes being timed: seconds of (F.linear, rows-first)
@@ -94,21 +94,27 @@ def _decided(key: Key) -> bool | None:
 
 
 def _forward(self: torch.nn.Linear, input: torch.Tensor) -> torch.Tensor:
-    # the lean path first: this runs for every linear layer of every forward inside ``fastest()``
-    if not _ON.get() or not input.is_cpu or input.dtype is not torch.float32 or input.dim() < 2:
+    # the lean path first: this runs for every linear layer of every forward inside ``fastest()``, so
+    # it reads the parameters from their dict (``self.weight`` goes through Module.__getattr__) and
+    # the thread count from the context
+    threads = _ON.get()
+    if not threads or input.dtype is not torch.float32 or not input.is_cpu:
         return _ORIGINAL(self, input)
-    weight, bias = self.weight, self.bias  # [out, in], [out] or None
-    width = input.shape[-1]
+    shape = input.shape
+    width = shape[-1] if len(shape) >= 2 else 0
     rows = input.numel() // width if width else 0
-    if not 2 <= rows <= MAX_ROWS or weight.dtype is not torch.float32:
+    parameters = self._parameters
+    weight = parameters.get("weight")  # [out, in]; None where it is not a plain parameter (e.g. parametrized)
+    if not 2 <= rows <= MAX_ROWS or weight is None or weight.dtype is not torch.float32 or "bias" not in parameters:
         return _ORIGINAL(self, input)
-    key = (weight.shape, bias is not None, rows, torch.get_num_threads())
+    bias = parameters["bias"]  # [out] or None
+    key = (weight.shape, bias is not None, rows, threads)
     rows_first = _decided(key)
     if rows_first is False:
         return F.linear(input, weight, bias)  # the same product as on the [rows, in] view
     x = input.reshape(rows, width)  # [rows, in]
     out = _rows_first(weight, bias, x) if rows_first else _explore(key, weight, bias, x)
-    return out.view(*input.shape[:-1], weight.shape[0])
+    return out.view(*shape[:-1], weight.shape[0])
 
 
 def install() -> None:
@@ -121,7 +127,7 @@ def install() -> None:
 @contextlib.contextmanager
 def fastest() -> Iterator[None]:
     """Linear layers inside run a few rows with the kernel found faster for their shape."""
-    token = _ON.set(True)
+    token = _ON.set(torch.get_num_threads())
     try:
         yield
     finally:
