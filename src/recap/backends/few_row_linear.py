@@ -18,7 +18,8 @@ of the shape the two are timed again, so a choice made while something else slow
 does not last for the rest of the process (re-timing costs a few calls of the slower kernel in
 4096). The layers of a model share a few shapes, so timing takes one or two tree forwards per size.
 Only ``torch.nn.Linear`` modules (not subclasses with a forward of their own, e.g. quantized
-layers) on float32 CPU tensors take part; everything else, and every forward outside
+layers) whose weight and bias are plain parameters (not parametrized, not buffers), on float32 CPU
+tensors, take part; everything else, and every forward outside
 ``fastest()``, is ``Linear``'s own forward. The two kernels agree to float rounding, as any two
 kernels do (``F.linear`` over 4 rows and over 1 row differ as much); the tokens are checked against
 generate's by the lossless tests. The step-cost model (``recap.core.step_cost``) learns each tree
