@@ -227,6 +227,7 @@ def test_parse_methods_adds_reference() -> None:
     assert specs[3].config.fusion == "strict" and specs[3].config.suffix_tokens == 0
     assert not parse_methods("recap[budget=7]")[1].config.adaptive_budget  # a budget alone is fixed
     assert parse_methods("recap[write=committed]")[1].config.write_scope == "committed"
+    assert not parse_methods("recap[fixed-threads]")[1].config.adaptive_threads and RecapConfig().adaptive_threads
     with pytest.raises(ValueError, match="write_scope"):
         parse_methods("recap[write=some]")
     with pytest.raises(ValueError, match="unknown method 'fast'.*recap\\[paper,budget=31\\]"):
@@ -621,3 +622,11 @@ def test_run_bench_rejects_bad_memory_mode() -> None:
     model, processor = tiny_models.build("llava_next")
     with pytest.raises(ValueError, match="warm"):
         run_bench(model, processor, [], parse_methods("ar"), memory="lukewarm", progress=False)
+
+
+def test_the_report_gives_the_steps_per_thread_count() -> None:
+    from recap.bench.report import threads_line
+
+    line = threads_line({"generate": {"steps_by_threads": None}, "recap": {"steps_by_threads": {"1": 30, "2": 10}}})
+    assert line is not None and line.endswith("recap: 1 threads 75%, 2 threads 25%")
+    assert threads_line({"generate": {"steps_by_threads": None}}) is None

@@ -192,3 +192,51 @@ def test_a_drifting_machine_still_gets_its_fastest_size() -> None:
     near_best = {s for s in rate if rate[s] >= 0.97 * rate[best]}
     assert max(set(settled), key=settled.count) in near_best
     assert np.mean([rate[s] for s in settled]) > 0.93 * rate[best]
+
+
+def run_threads(cost: StepCost, step_ms, steps: int, base: int = 2) -> list[int]:
+    """Plain steps whose time depends on the thread count they run on: ``step_ms(threads, step)``."""
+    cost.begin_threads(base)
+    counts = []
+    for step in range(steps):
+        threads = cost.next_threads()
+        counts.append(threads)
+        cost.record(1, step_ms(threads, step) / 1000, threads)
+    return counts
+
+
+def test_a_busy_core_moves_the_steps_to_fewer_threads_and_back() -> None:
+    """One core of two busy (2 threads take 3x as long as 1) from step 200 to 600: the steps move
+    to one thread within a few trials, and back to two once two are faster again (as soon as
+    the trials' bounded price lets a trial run)."""
+    rng = np.random.default_rng(11)
+
+    def step_ms(threads: int, step: int) -> float:
+        busy = 200 <= step < 600
+        ms = {1: 9.0, 2: 27.0 if busy else 5.0}[threads]
+        return ms * (1 + 0.05 * rng.standard_normal())
+
+    cost = StepCost(64, explore_every=0, sweep_every=0)
+    counts = run_threads(cost, step_ms, 1000)
+    assert set(counts[:200]) <= {1, 2} and counts[:200].count(2) > 180  # trials of 1 thread, priced
+    assert counts[300:600].count(1) > 280
+    assert counts[800:].count(2) > 190
+    assert cost.threads.switches == 2
+
+
+def test_thread_trials_take_a_bounded_share_of_the_time() -> None:
+    """Two threads twice as fast as one (a big model, both cores free): trials of one thread
+    cost at most ``explore_share`` of the time, and the choice never moves."""
+    cost = StepCost(64, explore_every=0, sweep_every=0)
+    counts = run_threads(cost, lambda threads, step: 10.0 / threads, 3000)
+    extra = sum(5.0 for c in counts if c == 1) / (len(counts) * 5.0)  # a 1-thread step costs 5 ms more
+    assert 0 < extra <= cost.threads.explore_share + 0.002, extra
+    assert cost.threads.switches == 0 and cost.threads.current == 2
+
+
+def test_the_thread_choice_never_exceeds_the_callers_count() -> None:
+    """A caller on one thread gets one thread at every step; a caller on 8 tries 4 and 16 never."""
+    cost = StepCost(8, explore_every=0, sweep_every=0)
+    assert set(run_threads(cost, lambda threads, step: 5.0, 300, base=1)) == {1}
+    cost = StepCost(8, explore_every=0, sweep_every=0)
+    assert set(run_threads(cost, lambda threads, step: 40.0 / threads, 300, base=8)) == {8, 4}

@@ -82,6 +82,7 @@ class RecordingTarget(HFTarget):
         super().__init__(model, k)
         self.calls: list[str] = []
         self.commits: list[list[int]] = []
+        self.threads: list[int] = []  # torch's thread count at each verify
 
     def prefill(self, inputs, positions):
         self.calls.append("prefill")
@@ -89,6 +90,7 @@ class RecordingTarget(HFTarget):
 
     def verify(self, tree):
         self.calls.append("verify")
+        self.threads.append(torch.get_num_threads())
         return super().verify(tree)
 
     def commit(self, path):
@@ -185,3 +187,46 @@ def test_a_root_only_drafter_decodes_one_token_per_step(llama) -> None:
     assert result.token_ids == answer[:12] and result.stats.steps == 11
     assert result.stats.mean_accepted_length == 1.0
     assert np.all(np.asarray(target.commits) == 0)  # each step keeps only its root
+
+
+@pytest.fixture
+def two_threads():
+    caller = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(caller)
+
+
+def test_steps_run_on_the_thread_counts_chosen_and_the_callers_comes_back(llama, two_threads) -> None:
+    """With the thread choice on and a trial at every chance, steps run on 1 and 2 threads, the
+    tokens stay plain greedy decoding's, the stats count the steps per count, and the caller's
+    count is set back at the end, also when a step raises."""
+    from recap.core.threads import ThreadChoice
+    from recap.drafters import NoDrafter
+
+    model, inputs, answer = llama
+    prompt = inputs["input_ids"][0].tolist()
+    cost = StepCost(8, explore_every=0, sweep_every=0)
+    cost.threads = ThreadChoice(trial_steps=2, explore_share=10.0, every=1)
+    target = RecordingTarget(model, k=4)
+    result = run(
+        target, NoDrafter(), rules_for(inputs["input_ids"], 30), inputs, prompt, cost=cost, choose_threads=True
+    )
+    assert result.token_ids == answer[:30]
+    assert set(target.threads) == {1, 2} and torch.get_num_threads() == 2
+    assert result.stats.steps_by_threads == {n: target.threads.count(n) for n in (1, 2)}
+
+    class Failing(RecordingTarget):
+        def verify(self, tree):
+            if torch.get_num_threads() == 1:  # the first step on one thread fails
+                raise RuntimeError("a failing forward")
+            return super().verify(tree)
+
+    failing = Failing(model, k=4)
+    with pytest.raises(RuntimeError, match="a failing forward"):
+        run(failing, NoDrafter(), rules_for(inputs["input_ids"], 30), inputs, prompt, cost=cost, choose_threads=True)
+    assert torch.get_num_threads() == 2
+    # without the choice, every step runs on the caller's count
+    plain = RecordingTarget(model, k=4)
+    result = run(plain, NoDrafter(), rules_for(inputs["input_ids"], 30), inputs, prompt, cost=cost)
+    assert set(plain.threads) == {2} and not result.stats.steps_by_threads

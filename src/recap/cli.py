@@ -244,7 +244,7 @@ def bench(
 
     from .bench import plan as bench_plan
     from .bench import write
-    from .bench.report import COLUMNS, NOISY_STEAL, table_rows
+    from .bench.report import COLUMNS, NOISY_STEAL, table_rows, threads_line
     from .core.memory import save_memory
     from .loading import load_model, sampling_arguments
 
@@ -297,6 +297,9 @@ def bench(
             f"verify ms per tree size ({sizes}); generate: {cost_table['generate_ms_per_token'] or 0:.2f} ms per token"
         )
     console.print(table)
+    threads = threads_line(results["overall"])
+    if threads:
+        console.print(escape(threads))
     steal = results["settings"].get("cpu_steal")
     if steal is not None and steal >= NOISY_STEAL:
         console.print(

@@ -43,7 +43,11 @@ class RecapConfig:
     budget. ``adaptive_budget`` (default on): each step verifies the size of the best-first
     tree, up to ``node_budget`` nodes besides the root (0: a plain step), that commits the
     most tokens per second on this model and machine (``recap.core.step_cost``); off, every step
-    verifies ``node_budget`` nodes. Neither changes the output, only the speed.
+    verifies ``node_budget`` nodes. ``adaptive_threads`` (ours, default on; with the adaptive
+    budget, on a CPU): each step runs on the torch thread count, the caller's or fewer, that its
+    step times show fastest (``recap.core.threads``: with another process on one of two cores, a
+    step on one thread ran 3x faster than on two); the caller's count is set back when the call
+    ends. Neither changes the output, only the speed.
     ``RecapConfig.paper()`` is the paper's setting.
 
     Prompt lookup: ``pld_max_ngram`` / ``pld_min_ngram`` the n-gram sizes tried, longest
@@ -67,6 +71,7 @@ class RecapConfig:
     persistent_context: bool = True
     scoring: str = "calibrated"
     adaptive_budget: bool = True
+    adaptive_threads: bool = True
     pld_max_ngram: int = 3
     pld_min_ngram: int = 1
     pld_num_tokens: int = 10

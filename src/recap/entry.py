@@ -208,7 +208,10 @@ def speculative(
         # (the cache and the other decoding state it holds are left out by the target's prefill)
         inputs = model.prepare_inputs_for_generation(input_ids, is_first_iteration=True, **model_kwargs)
         with eval_mode(model):  # a model left in train() mode decodes without dropout, then gets its modes back
-            result = run(target, drafter, rules, inputs, input_ids[0].tolist(), streamer=streamer, cost=cost)
+            result = run(
+                target, drafter, rules, inputs, input_ids[0].tolist(), streamer=streamer, cost=cost,
+                choose_threads=config.adaptive_threads and input_ids.device.type == "cpu",
+            )  # fmt: skip
     finally:
         if streamer is not None:
             streamer.end()

@@ -35,7 +35,8 @@ VARIANT_HELP = (
     "budget of N nodes), adaptive (choose the size per step, at most the budget), hit-mass / calibrated "
     "(scores), orders=1+2 (key lengths), fusion=entropy|fixed|strict, suffix=N, no-suffix, write=committed|full-tree "
     "(the rows learned: the accepted path's or every verified node's), no-persistence, "
-    "no-fallback, no-persistent-context, persistent-context, fallback; e.g. recap[paper,budget=31]"
+    "no-fallback, no-persistent-context, persistent-context, fallback, fixed-threads (the caller's torch thread "
+    "count at every step); e.g. recap[paper,budget=31]"
 )
 
 
@@ -74,6 +75,8 @@ def variant_config(options: str) -> RecapConfig:
             elif key in ("no-persistence", "no-fallback", "no-persistent-context"):
                 field = {"no-persistence": "persistent", "no-fallback": "frequency_fallback"}.get(key)
                 changes[field or "persistent_context"] = False
+            elif key == "fixed-threads":
+                changes["adaptive_threads"] = False
             elif key in ("fallback", "persistent-context"):
                 changes["frequency_fallback" if key == "fallback" else "persistent_context"] = True
             else:
@@ -152,6 +155,7 @@ class Run:
     verify_seconds: float | None = None
     prefill_seconds: float | None = None
     accepted_by_source: dict[str, int] | None = None
+    steps_by_threads: dict[int, int] | None = None  # torch threads -> steps, where the method chose them
 
     @property
     def digest(self) -> str:
@@ -205,4 +209,5 @@ class MethodRunner:
             verify_seconds=stats.time_verify,
             prefill_seconds=stats.time_prefill,
             accepted_by_source=stats.accepted_by_source,
+            steps_by_threads=stats.steps_by_threads or None,
         )

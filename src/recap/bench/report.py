@@ -67,6 +67,7 @@ def summarize(records: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
             "of_ceiling": None,
             "histogram": None,
             "accepted_by_source": None,
+            "steps_by_threads": None,
         }
         if len(steps) == len(runs):
             total_steps = sum(steps)
@@ -87,6 +88,12 @@ def summarize(records: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
                 histogram=dict(sorted(histogram.items(), key=lambda kv: int(kv[0]))),
                 accepted_by_source=dict(sources),
             )
+            by_threads: dict[str, int] = defaultdict(int)
+            for _, run in runs:
+                for threads, count in (run.get("steps_by_threads") or {}).items():
+                    by_threads[str(threads)] += count
+            if by_threads:
+                summary["steps_by_threads"] = dict(sorted(by_threads.items(), key=lambda kv: int(kv[0])))
             if per_token and summary["verify_ms_per_step"] and total_steps:
                 ceiling = summary["mean_accepted_length"] * per_token / summary["verify_ms_per_step"]
                 summary.update(ceiling=ceiling, of_ceiling=summary["speedup_mean"] / ceiling)
@@ -128,6 +135,18 @@ COLUMNS = (
 
 def table_rows(summaries: dict[str, dict[str, Any]]) -> list[list[str]]:
     return [[method] + [_fmt(s[key], spec) for _, key, spec in COLUMNS] for method, s in summaries.items()]
+
+
+def threads_line(summaries: dict[str, dict[str, Any]]) -> str | None:
+    """The share of steps per torch thread count of the methods that chose it (None if none did)."""
+    chose = {m: s["steps_by_threads"] for m, s in summaries.items() if s.get("steps_by_threads")}
+    if not chose:
+        return None
+    shares = [
+        f"{method}: " + ", ".join(f"{n} threads {count / sum(counts.values()):.0%}" for n, count in counts.items())
+        for method, counts in chose.items()
+    ]
+    return "Steps per torch thread count (where a method chose it; generate runs on the caller's): " + "; ".join(shares)
 
 
 NOISY_STEAL = 0.05  # a hypervisor that takes this share of the CPU makes step times jump from run to run
@@ -185,6 +204,9 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append("")
 
     table("Overall", results["overall"])
+    threads = threads_line(results["overall"])
+    if threads:
+        lines.extend([threads, ""])
     for family, summaries in results["families"].items():
         table(f"Family: {family}", summaries)
     mismatches = results.get("mismatches", [])

@@ -157,6 +157,7 @@ def run_bench(
                     "verify_seconds": run.verify_seconds,
                     "prefill_seconds": run.prefill_seconds,
                     "accepted_by_source": run.accepted_by_source,
+                    "steps_by_threads": run.steps_by_threads,
                     "cpu_steal": request_steal,
                 }
             )

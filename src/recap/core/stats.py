@@ -28,6 +28,7 @@ class DecodeStats:
     nodes_verified: int = 0
     expected_tokens: float = 0.0  # what the drafter expected its trees to commit (if it estimates)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
+    steps_by_threads: dict[int, int] = field(default_factory=dict)  # torch threads -> steps, where the loop chose them
     time_prefill: float = 0.0
     time_draft: float = 0.0
     time_verify: float = 0.0
@@ -83,6 +84,7 @@ class DecodeStats:
             mean_accepted_length=self.mean_accepted_length,
             histogram={str(k): v for k, v in self.histogram.items()},
             size_histogram={str(k): v for k, v in self.size_histogram.items()},
+            steps_by_threads={str(k): v for k, v in sorted(self.steps_by_threads.items())},
             tokens_per_forward=self.tokens_per_forward,
             nodes_per_token=self.nodes_per_token,
             host_overhead_per_step=self.host_overhead_per_step,

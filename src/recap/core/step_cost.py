@@ -44,6 +44,8 @@ from collections import deque
 
 import numpy as np
 
+from .threads import ThreadChoice
+
 LADDER = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 
 
@@ -92,6 +94,7 @@ class StepCost:
         self._lock = threading.Lock()
         self._probing: int | None = 0  # the next start-up probe's ladder index (None once they are done)
         self._last_probe: int | None = None
+        self.threads = ThreadChoice()  # the torch thread count of CPU steps, where the loop lets it choose
 
     def _next_probe(self, index: int) -> int | None:
         """The probe after ladder size ``index``: the first size at least 4 times as big (the
@@ -121,15 +124,39 @@ class StepCost:
                 return i
         return len(self.sizes) - 1
 
-    def record(self, nodes: int, seconds: float) -> None:
+    def begin_threads(self, base: int) -> None:
+        """A request whose caller runs torch on ``base`` threads lets the steps' count be chosen
+        (``ThreadChoice``: ``base`` or fewer)."""
+        with self._lock:
+            self.threads.begin(base)
+
+    def next_threads(self) -> int:
+        """The torch thread count of the next step (after ``begin_threads``)."""
+        with self._lock:
+            return self.threads.next(speed_known=len(self._log_ratios) >= 3)
+
+    def record(self, nodes: int, seconds: float, threads: int | None = None) -> None:
         """One step verified a tree of ``nodes`` nodes and took ``seconds`` in all (drafting,
         verifying, committing and learning): the speed index moves with it, and it is kept
-        divided by the index."""
+        divided by the index. ``threads``: the torch thread count it ran on, where the thread
+        choice is on; a trial count's step goes to the choice only (and, where the choice moves
+        to that count, its speeds become the speed reading)."""
         index = self.bucket(nodes)
         with self._lock:
             times = self._times[index]
+            log_speed = None
             if self._log_ratios.maxlen and len(times) >= 3 and seconds > 0:
-                self._log_ratios.append(math.log(seconds / statistics.median(times)))
+                log_speed = math.log(seconds / statistics.median(times))
+            if threads is not None:
+                trial = threads != self.threads.current
+                if self.threads.record(threads, seconds, log_speed, self._log_speed):
+                    self._log_ratios.clear()
+                    self._log_ratios.extend(self.threads.trial_speeds)
+                    self._log_speed = statistics.median(self._log_ratios)
+                if trial:
+                    return
+            if log_speed is not None:
+                self._log_ratios.append(log_speed)
                 self._log_speed = statistics.median(self._log_ratios)
             seconds /= math.exp(self._log_speed)
             times.append(seconds)
