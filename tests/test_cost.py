@@ -240,3 +240,22 @@ def test_the_thread_choice_never_exceeds_the_callers_count() -> None:
     assert set(run_threads(cost, lambda threads, step: 5.0, 300, base=1)) == {1}
     cost = StepCost(8, explore_every=0, sweep_every=0)
     assert set(run_threads(cost, lambda threads, step: 40.0 / threads, 300, base=8)) == {8, 4}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_busy_core_from_the_first_step_is_found_within_the_first_requests(seed: int) -> None:
+    """A core busy from the start (2 threads take 3x as long as 1) and trees of many sizes, most
+    with few times yet: the first trial comes as soon as the speed is read, its steps are read
+    against their sizes' estimated costs, and the steps move to one thread within a few dozen."""
+    rng = np.random.default_rng(seed)
+    cost = StepCost(16, explore_every=0, sweep_every=0)
+    cost.begin_threads(2)
+    counts = []
+    for _ in range(200):
+        threads = cost.next_threads()
+        counts.append(threads)
+        nodes = int(rng.integers(1, 17))
+        ms = cpu_curve(nodes) * (3.0 if threads == 2 else 1.0) * (1 + 0.05 * rng.standard_normal())
+        cost.record(nodes, ms / 1000, threads)
+    assert cost.threads.current == 1
+    assert counts.index(1) < 28 and counts[28:].count(1) > 165

@@ -142,13 +142,18 @@ class StepCost:
         choice is on; a trial count's step goes to the choice only (and, where the choice moves
         to that count, its speeds become the speed reading)."""
         index = self.bucket(nodes)
+        trial = threads is not None and threads != self.threads.current
+        # a trial step of a size with few times yet is read against the size's estimated cost
+        # (at the reference speed), so trials right after the start-up compare too
+        estimate = float(self.costs()[index]) if trial else 0.0
         with self._lock:
             times = self._times[index]
             log_speed = None
             if self._log_ratios.maxlen and len(times) >= 3 and seconds > 0:
                 log_speed = math.log(seconds / statistics.median(times))
+            elif trial and len(self._log_ratios) >= 3 and seconds > 0 and estimate > 0 and any(self._times):
+                log_speed = math.log(seconds / estimate)
             if threads is not None:
-                trial = threads != self.threads.current
                 if self.threads.record(threads, seconds, log_speed, self._log_speed):
                     self._log_ratios.clear()
                     self._log_ratios.extend(self.threads.trial_speeds)

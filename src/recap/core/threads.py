@@ -54,7 +54,7 @@ class ThreadChoice:
         self._trial: int | None = None  # the count on trial
         self._trial_speeds: list[float] = []  # log speeds of the trial's timed steps
         self._trial_runs = 0  # trial steps run, timed or not
-        self._since = 0  # steps at the current count since the last trial
+        self._since = every  # steps at the current count since the last trial (the first comes once speed is known)
         self._lower_next = True  # trials alternate between the lower and the higher neighbour
         self._spent = 0.0  # seconds trials took beyond the current count's speed
         self._total = 0.0  # seconds of all steps
@@ -66,7 +66,7 @@ class ThreadChoice:
             raise ValueError(f"a thread count is >= 1, got {base}")
         if base != self.base:
             self.base = self.current = base
-            self._trial, self._trial_speeds, self._trial_runs, self._since = None, [], 0, 0
+            self._trial, self._trial_speeds, self._trial_runs, self._since = None, [], 0, self.every
 
     def next(self, speed_known: bool) -> int:
         """The thread count of the next step. ``speed_known``: the current count's speed has been
