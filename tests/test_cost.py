@@ -259,3 +259,20 @@ def test_a_busy_core_from_the_first_step_is_found_within_the_first_requests(seed
         cost.record(nodes, ms / 1000, threads)
     assert cost.threads.current == 1
     assert counts.index(1) < 28 and counts[28:].count(1) > 165
+
+
+def test_fewer_threads_on_a_wash_go_back_to_the_callers_count() -> None:
+    """A core busy for the first 150 steps moves the steps to one thread; once free, one thread
+    and two run equally fast (a tiny model): the steps go back to the caller's two at the first
+    trial the bounded price lets run (trials of one thread go on, at no price), instead of staying
+    on one for the rest of the process."""
+    rng = np.random.default_rng(5)
+
+    def step_ms(threads: int, step: int) -> float:
+        ms = 15.0 if threads == 2 and step < 150 else 5.0
+        return ms * (1 + 0.05 * rng.standard_normal())
+
+    cost = StepCost(64, explore_every=0, sweep_every=0)
+    counts = run_threads(cost, step_ms, 1000)
+    assert counts[100:150].count(1) > 40
+    assert cost.threads.current == 2 and counts[700:].count(2) > 250

@@ -142,17 +142,14 @@ class StepCost:
         choice is on; a trial count's step goes to the choice only (and, where the choice moves
         to that count, its speeds become the speed reading)."""
         index = self.bucket(nodes)
-        trial = threads is not None and threads != self.threads.current
-        # a trial step of a size with few times yet is read against the size's estimated cost
-        # (at the reference speed), so trials right after the start-up compare too
-        estimate = float(self.costs()[index]) if trial else 0.0
         with self._lock:
             times = self._times[index]
+            trial = threads is not None and threads != self.threads.current
             log_speed = None
-            if self._log_ratios.maxlen and len(times) >= 3 and seconds > 0:
+            # a step is read against its size's median once the size has 3 times; a trial step
+            # already with 1 (trials right after the start-up then compare too)
+            if self._log_ratios.maxlen and len(times) >= (1 if trial else 3) and seconds > 0:
                 log_speed = math.log(seconds / statistics.median(times))
-            elif trial and len(self._log_ratios) >= 3 and seconds > 0 and estimate > 0 and any(self._times):
-                log_speed = math.log(seconds / estimate)
             if threads is not None:
                 if self.threads.record(threads, seconds, log_speed, self._log_speed):
                     self._log_ratios.clear()

@@ -7,11 +7,13 @@ one core busy, a forward split over 2 threads waits at every parallel region for
 shares its core: 15 ms a token on 2 threads, 5.6 on 1.
 
 ``ThreadChoice`` runs, now and then, a short trial of a neighbouring count (half or double the
-current one, between 1 and the caller's own count) and moves to it when its steps ran faster than
-the current count's by a wide margin (in 70% of the time by default). The margin is wide on
-purpose: with both cores free, one thread runs tiny-qwen2.5-vl's small trees up to 20% faster and
-its big ones 45% slower, so a narrow margin moved to one thread on noise and small trees, and the
-bench lost 3-5% against fixed threads; a busy core's 2.5-3x is far beyond it. A step's speed is
+current one, between 1 and the caller's own count) and moves down to it when its steps ran faster
+than the current count's by a wide margin (in 70% of the time by default), and back up when they
+did not run slower. The margin down is wide on purpose: with both cores free, one thread runs
+tiny-qwen2.5-vl's small trees up to 20% faster and its big ones 45% slower, so a narrow margin
+moved to one thread on noise and small trees, and the bench lost 3-5% against fixed threads; a
+busy core's 2.5-3x is far beyond it. Up needs no margin, so a move down on a wash (a trial timed
+in a slow moment) is undone at the next trial instead of sticking for the rest of the process. A step's speed is
 its log time over the median time of its tree size (the speed reading of
 ``recap.core.step_cost``), so trial steps of any size compare with the current count's steps of
 any other. Trials have a bounded price: what they took beyond the current count's speed is at
@@ -32,8 +34,9 @@ class ThreadChoice:
     """The thread count of the next step, and trials of the neighbouring counts (not thread-safe:
     ``StepCost`` calls it under its lock).
 
-    ``trial_steps``: timed steps a trial takes; ``margin``: a trial count must run in at most this
-    fraction of the current count's time (the median over its steps) to be taken;
+    ``trial_steps``: timed steps a trial takes; ``margin``: a lower trial count must run in at most
+    this fraction of the current count's time (the median over its steps) to be taken, a higher
+    one in at most the current count's time;
     ``explore_share``: the most of the time that trials may take beyond the current count's speed;
     ``every``: steps between trials at least.
     """
@@ -102,7 +105,10 @@ class ThreadChoice:
         if not (len(speeds) >= self.trial_steps or clearly_slower or self._trial_runs >= 2 * self.trial_steps):
             return False
         trial, self._trial, self._since = self._trial, None, 0
-        if speeds and statistics.median(speeds) < current_log_speed + self.log_margin:
+        # fewer threads must prove a wide margin; back towards the caller's count it is enough not
+        # to run slower (the caller's count is the default: a move down on a wash does not stick)
+        margin = self.log_margin if trial < self.current else 0.0
+        if speeds and statistics.median(speeds) < current_log_speed + margin:
             self.current = trial
             self.switches += 1
             return True
