@@ -331,6 +331,10 @@ def test_recap_config_validation_says_what_is_wrong() -> None:
     with pytest.raises(ValueError, match="max_width"):
         RecapConfig(max_width=9)
     assert RecapConfig(key_orders=(3, 1)).key_orders == (1, 3)
+    with pytest.raises(ValueError, match="row_value=1.5: must be in"):
+        RecapConfig(row_value=1.5)
+    with pytest.raises(ValueError, match="row_value_nodes"):
+        RecapConfig(row_value_nodes=-1)
     with pytest.raises(ValueError, match="unknown"):
         RecapConfig().replace(budget=3)
 

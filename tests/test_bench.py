@@ -227,6 +227,8 @@ def test_parse_methods_adds_reference() -> None:
     assert specs[3].config.fusion == "strict" and specs[3].config.suffix_tokens == 0
     assert not parse_methods("recap[budget=7]")[1].config.adaptive_budget  # a budget alone is fixed
     assert parse_methods("recap[write=committed]")[1].config.write_scope == "committed"
+    valued = parse_methods("recap[row-value=0,row-nodes=4]")[1].config
+    assert valued.row_value == 0 and valued.row_value_nodes == 4 and RecapConfig().row_value > 0
     assert not parse_methods("recap[fixed-threads]")[1].config.adaptive_threads and RecapConfig().adaptive_threads
     with pytest.raises(ValueError, match="write_scope"):
         parse_methods("recap[write=some]")

@@ -256,6 +256,8 @@ def test_best_first_tree_and_layout_equal_the_reference(calibrated: bool) -> Non
         step_costs = None
         if rng.random() < 0.6:
             step_costs = np.concatenate([[0.0], np.cumsum(rng.uniform(0.0, 0.3, budget + 1)) + rng.uniform(0.5, 3)])
+        # rows valued per node (the size choice): none, or some value for the first few nodes
+        node_value, valued_nodes = (0.0, 0) if rng.random() < 0.3 else (rng.uniform(0, 0.2), int(rng.integers(0, 20)))
         candidates = memories.reference_candidates(
             setting["orders"], setting["persistent"], setting["mode"], setting["specificity"], setting["fallback"]
         )
@@ -264,7 +266,7 @@ def test_best_first_tree_and_layout_equal_the_reference(calibrated: bool) -> Non
             candidates,
             budget=budget, max_depth=max_depth, max_width=width, scoring=Scoring(calibrated, masses, cell_probs),
             placeholder_ids=set(np.nonzero(blocked)[0].tolist()), suffix=suffix.tolist(), suffix_length=suffix_length,
-            step_costs=step_costs,
+            step_costs=step_costs, node_value=node_value, valued_nodes=valued_nodes,
         )  # fmt: skip
         padded = np.asarray([-1] * (3 - len(root_context)) + root_context, dtype=np.int64)
         built = drafting.build_tree(
@@ -272,6 +274,7 @@ def test_best_first_tree_and_layout_equal_the_reference(calibrated: bool) -> Non
             **compiled_args(setting), budget=budget, max_depth=max_depth, max_width=width, calibrated=calibrated,
             hit_masses=masses, cell_probs=cell_probs, placeholder_mask=blocked, suffix=suffix.astype(np.int64),
             suffix_length=suffix_length, step_costs=np.zeros(0) if step_costs is None else step_costs,
+            node_value=node_value, valued_nodes=valued_nodes,
         )  # fmt: skip
         tokens, parents, depths, sources, scores, probs, cells, keep = built
         assert keep == reference.keep, trial
@@ -285,7 +288,7 @@ def test_best_first_tree_and_layout_equal_the_reference(calibrated: bool) -> Non
                 scoring=Scoring(calibrated, masses, cell_probs), placeholder_ids=set(np.nonzero(blocked)[0].tolist()),
                 suffix=suffix.tolist(), suffix_length=suffix_length,
             )  # fmt: skip
-            assert keep == best_size(np.cumsum(full.probs), step_costs), trial
+            assert keep == best_size(np.cumsum(full.probs), step_costs, node_value, valued_nodes), trial
             assert full.tokens[: len(tokens)] == tokens.tolist()
         for keep in {1, min(2, len(tokens)), len(tokens), int(rng.integers(1, len(tokens) + 1))}:
             graft = rng.integers(0, vocab, size=int(rng.integers(0, 4)))

@@ -59,9 +59,27 @@ def test_the_size_rule_is_the_most_tokens_per_second() -> None:
     assert step_cost.best_size(weak, np.asarray([0.0, 1.0] + [3.0] * 63)) == 1
 
 
+def test_rows_valued_per_node_move_the_choice_to_a_tree_only_where_they_pay() -> None:
+    weak = np.cumsum(np.concatenate([[1.0], 0.01 * 0.5 ** np.arange(63)]))  # no draft is likely
+    dear = np.asarray([0.0, 1.0] + [3.0] * 63)  # every tree costs 3 plain steps
+    gentle = np.concatenate([[0.0], 1.0 + 0.02 * np.arange(64)])  # 2% more per node
+    assert step_cost.best_size(weak, dear, node_value=0.04, valued_nodes=8) == 1  # rows do not pay 3 steps
+    assert step_cost.best_size(weak, gentle) == 1  # the drafts alone do not pay even 2%
+    # each of the first 8 nodes' rows worth 0.04 tokens: 1 + 8 * 0.04 in 1.16 plain steps beats 1 in 1
+    assert step_cost.best_size(weak, gentle, node_value=0.04, valued_nodes=8) == 9
+    flat = np.ones(65)
+    assert step_cost.best_size(weak, flat, node_value=0.04, valued_nodes=8) == 64  # free: the largest
+    for max_nodes, value, valued in ((64, 0.04, 8), (32, 0.1, 40), (16, 0.02, 0)):  # brute force
+        expected = expected_tokens(max_nodes)
+        costs = np.asarray([0.0] + [cpu_curve(s) for s in range(1, max_nodes + 1)])
+        gain = [expected[s - 1] + value * min(s - 1, valued) for s in range(1, max_nodes + 1)]
+        brute = max(range(1, max_nodes + 1), key=lambda s: (gain[s - 1] / costs[s], s))
+        assert step_cost.best_size(expected, costs, value, valued) == brute
+
+
 def test_ladder() -> None:
-    assert ladder(64) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
-    assert ladder(20) == [1, 2, 3, 4, 6, 8, 12, 16, 20] and ladder(1) == [1]
+    assert ladder(64) == [*range(1, 17), 24, 32, 48, 64]
+    assert ladder(20) == [*range(1, 17), 20] and ladder(1) == [1]
 
 
 def test_a_gpu_like_cost_curve_gets_the_largest_trees() -> None:
@@ -121,7 +139,7 @@ def test_start_up_probes_stop_where_no_tree_can_pay() -> None:
     for _ in range(200):
         size = cost.plan() or 1
         tried.append(size)
-        cost.record(size, curve[size])
+        cost.record(size, float(np.interp(size, sorted(curve), [curve[s] for s in sorted(curve)])))
     assert tried[:5] == [1, 4, 16, 64, 64]  # each probe 4x the last; 64 > 4 x 0.111: probed twice, then no more
     assert max(tried) == 64 and tried.count(64) <= 2 + 200 // 64  # and now and then in a sweep
 
@@ -246,7 +264,8 @@ def test_the_thread_choice_never_exceeds_the_callers_count() -> None:
 def test_a_busy_core_from_the_first_step_is_found_within_the_first_requests(seed: int) -> None:
     """A core busy from the start (2 threads take 3x as long as 1) and trees of many sizes, most
     with few times yet: the first trial comes as soon as the speed is read, its steps are read
-    against their sizes' estimated costs, and the steps move to one thread within a few dozen."""
+    against their sizes' estimated costs, and the steps move to one thread within a few dozen
+    (here the worst case: sizes spread evenly over 16 ladder sizes)."""
     rng = np.random.default_rng(seed)
     cost = StepCost(16, explore_every=0, sweep_every=0)
     cost.begin_threads(2)
@@ -258,7 +277,8 @@ def test_a_busy_core_from_the_first_step_is_found_within_the_first_requests(seed
         ms = cpu_curve(nodes) * (3.0 if threads == 2 else 1.0) * (1 + 0.05 * rng.standard_normal())
         cost.record(nodes, ms / 1000, threads)
     assert cost.threads.current == 1
-    assert counts.index(1) < 28 and counts[28:].count(1) > 165
+    # each of the 16 sizes is its own ladder size: the speed is read once sizes have 3 times each
+    assert counts.index(1) < 40 and counts[48:].count(1) > 145
 
 
 def test_fewer_threads_on_a_wash_go_back_to_the_callers_count() -> None:

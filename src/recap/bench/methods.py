@@ -34,7 +34,8 @@ VARIANT_HELP = (
     "recap[OPTIONS], options comma-separated: paper (the paper's setting as the base), budget=N (a fixed "
     "budget of N nodes), adaptive (choose the size per step, at most the budget), hit-mass / calibrated "
     "(scores), orders=1+2 (key lengths), fusion=entropy|fixed|strict, suffix=N, no-suffix, write=committed|full-tree "
-    "(the rows learned: the accepted path's or every verified node's), no-persistence, "
+    "(the rows learned: the accepted path's or every verified node's), row-value=X (tokens the adaptive size "
+    "counts each verified node's rows as worth), no-persistence, "
     "no-fallback, no-persistent-context, persistent-context, fallback, fixed-threads (the caller's torch thread "
     "count at every step); e.g. recap[paper,budget=31]"
 )
@@ -70,6 +71,10 @@ def variant_config(options: str) -> RecapConfig:
                 changes["suffix_tokens"] = int(value)
             elif key == "write":
                 changes["write_scope"] = value
+            elif key == "row-value":
+                changes["row_value"] = float(value)
+            elif key == "row-nodes":
+                changes["row_value_nodes"] = int(value)
             elif key == "no-suffix":
                 changes["suffix_tokens"] = 0
             elif key in ("no-persistence", "no-fallback", "no-persistent-context"):

@@ -17,8 +17,9 @@ import numpy as np
 import torch
 
 from ..backends.hf import HFTarget
-from ..core.step_cost import LADDER
 from ..core.tree import DraftTree
+
+CURVE_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # the sizes the curve is measured at
 
 
 def _random_tree(rng: np.random.Generator, size: int, tokens: Sequence[int]) -> DraftTree:
@@ -35,10 +36,10 @@ def measure_costs(
     generate_tokens: int = 24,
 ) -> dict[str, Any]:
     """{"sizes": [...], "verify_ms": [...] (median ms of one tree forward, top-k included, per
-    size), "generate_ms_per_token": ms}. Sizes are the cost ladder up to ``max_nodes``; each
+    size), "generate_ms_per_token": ms}. Sizes are ``CURVE_SIZES`` up to ``max_nodes``; each
     repeat measures every size, then generate, so drift hits all alike. Generate's time per token
     is that of its tokens after the first (None if the prompt's answer ends too soon)."""
-    sizes = [s for s in LADDER if s < max_nodes] + [max_nodes]
+    sizes = [s for s in CURVE_SIZES if s < max_nodes] + [max_nodes]
     prompt = inputs["input_ids"][0].tolist()
     target = HFTarget(model, k=8)
     text = [t for t in prompt if t not in target.placeholder_ids] or [0]

@@ -6,9 +6,11 @@ forward costs about what a 1-node one does, so the largest tree wins; on a CPU t
 with the tree and a small one (or none) is faster. The drafter knows, for every size, how many
 tokens it expects the step to commit (``DraftTree.probs``); this object knows what each size
 costs, and the size with the most expected tokens per second is verified (``best_size``; the
-compiled tree search applies the same rule as it goes, and stops early on a steep curve).
+compiled tree search applies the same rule as it goes, and stops early on a steep curve). The
+expected tokens include what a verified node is worth later (``RecapConfig.row_value``): its
+top-k rows are learned whether it is accepted or not, and later steps draft from them.
 
-Sizes come from a ladder (1 = a plain step, 2, 3, 4, 6, 8, 12, 16, ...). The cost of a size is
+Sizes come from a ladder (1 = a plain step, 2, 3, ..., 16, 24, 32, 48, ...). The cost of a size is
 the median of its last ``window`` step times (a stray slow step on a shared machine does not
 move it), read as the cost of the cheapest size at least as big (a tree of s nodes can always be
 filled with more drafts up to a bigger size that verifies faster: on two cores a 2-row forward
@@ -46,7 +48,9 @@ import numpy as np
 
 from .threads import ThreadChoice
 
-LADDER = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+# every size up to 16 (where CPU choices fall: a step time is kept under its own size, so a size picked
+# often does not stand for a bigger one), then coarser
+LADDER = (*range(1, 17), 24, 32, 48, 64, 96, 128, 192, 256)
 
 
 def ladder(max_nodes: int) -> list[int]:
@@ -268,19 +272,25 @@ class StepCost:
                 self._dense, self._fresh = dense, 0
         return self._dense
 
-    def choose(self, expected: np.ndarray) -> int:
+    def choose(self, expected: np.ndarray, node_value: float = 0.0, valued_nodes: int = 0) -> int:
         """``plan``, else ``best_size`` over ``expected`` (see there), within the tree built."""
         forced = self.plan()
-        size = min(forced, len(expected)) if forced is not None else best_size(expected, self.dense())
+        if forced is not None:
+            size = min(forced, len(expected))
+        else:
+            size = best_size(expected, self.dense(), node_value, valued_nodes)
         if forced is None:
             self.picked(size)
         return size
 
 
-def best_size(expected: np.ndarray, costs: np.ndarray) -> int:
+def best_size(expected: np.ndarray, costs: np.ndarray, node_value: float = 0.0, valued_nodes: int = 0) -> int:
     """The tree size s (root included) with the most expected tokens per second,
-    ``expected[s - 1] / costs[s]``, the larger on ties. ``expected[n - 1]``: the tokens a tree of
-    the drafter's ``n`` best nodes is expected to commit (1 for the root alone, a plain step)."""
+    ``(expected[s - 1] + node_value * min(s - 1, valued_nodes)) / costs[s]``, the larger on ties.
+    ``expected[n - 1]``: the tokens a tree of the drafter's ``n`` best nodes is expected to commit
+    (1 for the root alone, a plain step); ``node_value``: the tokens each of the first
+    ``valued_nodes`` drafted nodes is worth besides, in later steps (the rows learned from it)."""
     sizes = np.arange(1, min(len(expected), len(costs) - 1) + 1)
-    rates = np.asarray(expected[: len(sizes)], dtype=np.float64) / costs[sizes]
+    gains = np.asarray(expected[: len(sizes)], dtype=np.float64) + node_value * np.minimum(sizes - 1, valued_nodes)
+    rates = gains / costs[sizes]
     return int(sizes[len(sizes) - 1 - int(np.argmax(rates[::-1]))])

@@ -121,6 +121,8 @@ class RecapDrafter:
         self._specificity = np.asarray(config.specificity, dtype=np.float64)
         self._hit_masses = np.asarray([config.hit_mass(d) for d in range(1, config.max_depth + 1)])
         self._calibrated = config.scoring == "calibrated"
+        # rows are learned from every verified node only with the full-tree scope: only then do they count
+        self._node_value = config.row_value if config.write_scope == "full-tree" else 0.0
         self._empty = np.zeros(0, dtype=np.int64)
         self._no_costs = np.zeros(0, dtype=np.float64)
         self._root_context = np.full(3, -1, dtype=np.int64)
@@ -232,7 +234,8 @@ class RecapDrafter:
                 fallback_q=fallback_q, budget=budget, max_depth=cfg.max_depth, max_width=cfg.max_width,
                 calibrated=self._calibrated, hit_masses=self._hit_masses, cell_probs=cell_probs,
                 placeholder_mask=self._placeholder_mask, suffix=suffix if self._calibrated else self._empty,
-                suffix_length=suffix_length, step_costs=step_costs,
+                suffix_length=suffix_length, step_costs=step_costs, node_value=self._node_value,
+                valued_nodes=cfg.row_value_nodes,
             )  # fmt: skip
         if len(step_costs):
             self.cost.picked(built.keep)

@@ -244,6 +244,8 @@ def _build_tree(
     suffix: np.ndarray,  # [S] int64, the suffix-matched continuation (merged only when calibrated)
     suffix_length: int,
     step_costs: np.ndarray,  # [budget + 2] float64 seconds per step by tree size, or empty: no choice
+    node_value: float,  # tokens a verified node's learned rows are counted as worth (the size choice)
+    valued_nodes: int,  # the drafted nodes (the first ones) counted so
 ):
     """The best-first tree in insertion order, as arrays of length n, and the size chosen
     (see the reference): (tokens, parents, depths, sources, scores, probs, cells, keep)."""
@@ -384,14 +386,15 @@ def _build_tree(
                 scores[parent] * offer_factors[parent, rank + 1], counter, parent, rank + 1,
             )  # fmt: skip
         if choose:
-            expected += probs[node]
+            expected += probs[node] + (node_value if n - 1 <= valued_nodes else 0.0)
             rate = expected / step_costs[n]
             if rate >= best_rate:
                 best_rate, keep = rate, n
             if calibrated:  # stop once no bigger tree can win, every further node at most this likely
                 improvable = False
                 for bigger in range(n + 1, size + 1):
-                    if (expected + probs[node] * (bigger - n)) / step_costs[bigger] >= best_rate:
+                    rows = node_value * max(0, min(bigger - 1, valued_nodes) - (n - 1))
+                    if (expected + probs[node] * (bigger - n) + rows) / step_costs[bigger] >= best_rate:
                         improvable = True
                         break
                 if not improvable:
@@ -508,13 +511,15 @@ def build_tree(
     suffix: np.ndarray,  # [S] int64, the suffix-matched continuation (merged only when calibrated)
     suffix_length: int,  # its match length
     step_costs: np.ndarray,  # [budget + 2] float64 seconds per step by tree size, or empty: no choice
+    node_value: float = 0.0,  # tokens a verified node's learned rows are counted as worth (the size choice)
+    valued_nodes: int = 0,  # the drafted nodes (the first ones) counted so
 ) -> BuiltTree:
     """The best-first tree and the size chosen (reference: ``recap.reference.tree_builder.build_tree``)."""
     return BuiltTree(
         *_build_tree(
             root_context, token_memory, tables, use, stamp, now, FUSION_CODES[fusion], specificity, fallback_tokens,
             fallback_q, budget, max_depth, max_width, calibrated, hit_masses, cell_probs, placeholder_mask, suffix,
-            suffix_length, step_costs,
+            suffix_length, step_costs, float(node_value), int(valued_nodes),
         )
     )  # fmt: skip
 

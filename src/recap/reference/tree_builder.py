@@ -78,6 +78,8 @@ def build_tree(
     suffix: Sequence[int] = (),
     suffix_length: int = 0,
     step_costs: np.ndarray | None = None,
+    node_value: float = 0.0,
+    valued_nodes: int = 0,
 ) -> BuiltTree:
     """Grow a tree best-first from the root (the last token of ``root_context``).
 
@@ -95,7 +97,8 @@ def build_tree(
 
     ``step_costs`` [budget + 2] (seconds of a step verifying s nodes, at index s) makes the
     search choose the size: ``keep`` is the s (root included) with the most expected tokens
-    (the sum of the first s nodes' ``probs``) per second, the larger on ties. With calibrated
+    (the sum of the first s nodes' ``probs``, plus ``node_value`` for each of the first
+    ``valued_nodes`` drafted nodes: the rows learned from them) per second, the larger on ties. With calibrated
     scores, probabilities fall in insertion order, so the search stops as soon as no larger
     tree could beat the best so far even if every further node were as likely as the last.
     """
@@ -156,11 +159,14 @@ def build_tree(
             heapq.heappush(heap, (-tree.scores[parent] * offers[parent][rank + 1][0], counter, parent, rank + 1))
         if step_costs is not None:
             size = len(tree)
-            expected += tree.probs[node]
+            expected += tree.probs[node] + (node_value if size - 1 <= valued_nodes else 0.0)
             if expected / step_costs[size] >= best_rate:
                 best_rate, tree.keep = expected / step_costs[size], size
+            # stop once no bigger tree can win, every further node as likely as this one (rows valued)
             if scoring.calibrated and not any(
-                (expected + tree.probs[node] * (bigger - size)) / step_costs[bigger] >= best_rate
+                (expected + tree.probs[node] * (bigger - size) + _rows(node_value, valued_nodes, size, bigger))
+                / step_costs[bigger]
+                >= best_rate
                 for bigger in range(size + 1, last + 1)
             ):
                 break
@@ -171,6 +177,11 @@ def build_tree(
     if step_costs is None:
         tree.keep = len(tree)
     return tree
+
+
+def _rows(node_value: float, valued_nodes: int, size: int, bigger: int) -> float:
+    """The value of the rows a tree of ``bigger`` nodes adds over one of ``size``."""
+    return node_value * max(0, min(bigger - 1, valued_nodes) - (size - 1))
 
 
 def layout(
