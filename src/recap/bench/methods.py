@@ -34,8 +34,8 @@ VARIANT_HELP = (
     "recap[OPTIONS], options comma-separated: paper (the paper's setting as the base), budget=N (a fixed "
     "budget of N nodes), adaptive (choose the size per step, at most the budget), hit-mass / calibrated "
     "(scores), orders=1+2 (key lengths), fusion=entropy|fixed|strict, suffix=N, no-suffix, write=committed|full-tree "
-    "(the rows learned: the accepted path's or every verified node's), row-value=X (tokens the adaptive size "
-    "counts each verified node's rows as worth), no-persistence, "
+    "(the rows learned: the accepted path's or every verified node's), row-value=X and row-nodes=N (the "
+    "adaptive size counts each of the first N drafts' rows as worth X tokens), no-persistence, "
     "no-fallback, no-persistent-context, persistent-context, fallback, fixed-threads (the caller's torch thread "
     "count at every step); e.g. recap[paper,budget=31]"
 )

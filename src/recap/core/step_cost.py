@@ -276,11 +276,9 @@ class StepCost:
         """``plan``, else ``best_size`` over ``expected`` (see there), within the tree built."""
         forced = self.plan()
         if forced is not None:
-            size = min(forced, len(expected))
-        else:
-            size = best_size(expected, self.dense(), node_value, valued_nodes)
-        if forced is None:
-            self.picked(size)
+            return min(forced, len(expected))
+        size = best_size(expected, self.dense(), node_value, valued_nodes)
+        self.picked(size)
         return size
 
 
