@@ -252,6 +252,37 @@ def test_thread_trials_take_a_bounded_share_of_the_time() -> None:
     assert cost.threads.switches == 0 and cost.threads.current == 2
 
 
+def test_thread_trials_back_off_on_a_steady_machine_and_resume_when_its_speed_moves() -> None:
+    """Both cores free and one thread no faster (a tiny model): each trial that finds nothing
+    doubles the wait for the next, up to ``max_backoff`` x ``every`` steps; a core taken at step
+    3000 moves the speed reading, the next trial comes within ``every`` steps and the steps go to
+    one thread."""
+    rng = np.random.default_rng(7)
+
+    def step_ms(threads: int, step: int) -> float:
+        ms = 15.0 if threads == 2 and step >= 3000 else 5.0
+        return ms * (1 + 0.05 * rng.standard_normal())
+
+    cost = StepCost(64, explore_every=0, sweep_every=0)
+    choice = cost.threads
+    starts = []
+    cost.begin_threads(2)
+    for step in range(3400):
+        before = choice.trials
+        threads = cost.next_threads()
+        if choice.trials > before:
+            starts.append(step)
+        cost.record(1, step_ms(threads, step) / 1000, threads)
+    quiet = [s for s in starts if s < 3000]
+    gaps = np.diff(quiet)
+    assert gaps[0] < gaps[1] < gaps[2] and gaps[0] < 3 * choice.every  # 64, 128, 256 (+ the trial's steps)
+    assert min(gaps[4:]) >= choice.every * choice.max_backoff  # at most once per 256 steps
+    assert len(quiet) <= 4 + 3000 // (choice.every * choice.max_backoff)  # unbacked: ~3000 / 36
+    busy = [s for s in starts if s >= 3000]
+    assert busy and busy[0] < 3000 + 2 * choice.every
+    assert choice.current == 1
+
+
 def test_the_thread_choice_never_exceeds_the_callers_count() -> None:
     """A caller on one thread gets one thread at every step; a caller on 8 tries 4 and 16 never."""
     cost = StepCost(8, explore_every=0, sweep_every=0)

@@ -18,6 +18,11 @@ its log time over the median time of its tree size (the speed reading of
 ``recap.core.step_cost``), so trial steps of any size compare with the current count's steps of
 any other. Trials have a bounded price: what they took beyond the current count's speed is at
 most ``explore_share`` of the time, and a trial whose first steps run clearly slower ends early.
+On a steady machine running the caller's count, each trial that does not move the count doubles
+the steps to the next one (up to ``max_backoff`` times ``every``): a quiet machine stops paying for
+trials that keep finding nothing. A change of speed (the speed reading moved by a quarter since the
+last trial: another process took a core, or left it) brings the next trial back to ``every`` steps,
+and below the caller's count the trials back up stay at ``every``.
 The caller's count is never exceeded; this object only decides, the decode loop sets the count
 (and sets the caller's back when the request ends).
 """
@@ -28,6 +33,7 @@ import math
 import statistics
 
 _CLEARLY_SLOWER = math.log(1.25)  # a trial whose first two timed steps both ran this much slower ends
+_SPEED_MOVED = math.log(1.25)  # a speed reading this far from the one after the last trial ends the back-off
 
 
 class ThreadChoice:
@@ -38,19 +44,31 @@ class ThreadChoice:
     this fraction of the current count's time (the median over its steps) to be taken, a higher
     one in at most the current count's time;
     ``explore_share``: the most of the time that trials may take beyond the current count's speed;
-    ``every``: steps between trials at least.
+    ``every``: steps between trials at least; ``max_backoff``: on a steady machine the steps between
+    trials double after each trial that did not move, up to this many times ``every``.
     """
 
-    def __init__(self, trial_steps: int = 4, margin: float = 0.7, explore_share: float = 0.01, every: int = 32) -> None:
-        if trial_steps < 1 or not 0 < margin < 1 or explore_share < 0 or every < 1:
+    def __init__(
+        self,
+        trial_steps: int = 4,
+        margin: float = 0.7,
+        explore_share: float = 0.01,
+        every: int = 32,
+        max_backoff: int = 8,
+    ) -> None:
+        if trial_steps < 1 or not 0 < margin < 1 or explore_share < 0 or every < 1 or max_backoff < 1:
             raise ValueError(
-                f"ThreadChoice needs trial_steps >= 1, 0 < margin < 1, explore_share >= 0, every >= 1; got "
-                f"{trial_steps}, {margin}, {explore_share}, {every}"
+                f"ThreadChoice needs trial_steps >= 1, 0 < margin < 1, explore_share >= 0, every >= 1, "
+                f"max_backoff >= 1; got {trial_steps}, {margin}, {explore_share}, {every}, {max_backoff}"
             )
         self.trial_steps = trial_steps
         self.log_margin = math.log(margin)
         self.explore_share = explore_share
         self.every = every
+        self.max_backoff = max_backoff
+        self.trials = 0  # trials started
+        self._interval = every  # steps from one trial's end to the next's start (``every`` backed off)
+        self._mark: float | None = None  # the speed reading after the last trial (None: read at the next step)
         self.base = 0  # the caller's thread count: the most any step uses (0: not begun)
         self.current = 0  # the count steps run on outside trials
         self.switches = 0  # how often ``current`` moved
@@ -70,6 +88,7 @@ class ThreadChoice:
         if base != self.base:
             self.base = self.current = base
             self._trial, self._trial_speeds, self._trial_runs, self._since = None, [], 0, self.every
+            self._interval, self._mark = self.every, None
 
     def next(self, speed_known: bool) -> int:
         """The thread count of the next step. ``speed_known``: the current count's speed has been
@@ -77,7 +96,7 @@ class ThreadChoice:
         if (
             self._trial is None
             and speed_known
-            and self._since >= self.every
+            and self._since >= self._interval
             and self._spent <= self.explore_share * self._total
         ):
             lower, higher = max(1, self.current // 2), min(self.base, 2 * self.current)
@@ -85,6 +104,7 @@ class ThreadChoice:
             if options:
                 self._trial, self._trial_speeds, self._trial_runs = options[0], [], 0
                 self._lower_next = options[0] > self.current
+                self.trials += 1
         return self._trial if self._trial is not None else self.current
 
     def record(self, threads: int, seconds: float, log_speed: float | None, current_log_speed: float) -> bool:
@@ -95,6 +115,10 @@ class ThreadChoice:
         self._total += seconds
         if threads != self._trial:
             self._since += 1
+            if self._mark is None:
+                self._mark = current_log_speed
+            elif abs(current_log_speed - self._mark) > _SPEED_MOVED:  # the machine changed: look again soon
+                self._interval, self._mark = self.every, current_log_speed
             return False
         self._trial_runs += 1
         if log_speed is not None:
@@ -104,14 +128,19 @@ class ThreadChoice:
         clearly_slower = len(speeds) >= 2 and min(speeds) > current_log_speed + _CLEARLY_SLOWER
         if not (len(speeds) >= self.trial_steps or clearly_slower or self._trial_runs >= 2 * self.trial_steps):
             return False
-        trial, self._trial, self._since = self._trial, None, 0
+        trial, self._trial, self._since, self._mark = self._trial, None, 0, None
         # fewer threads must prove a wide margin; back towards the caller's count it is enough not
         # to run slower (the caller's count is the default: a move down on a wash does not stick)
         margin = self.log_margin if trial < self.current else 0.0
         if speeds and statistics.median(speeds) < current_log_speed + margin:
             self.current = trial
             self.switches += 1
+            self._interval = self.every
             return True
+        # nothing found: on the caller's count the next trial waits twice as long (below it, trials
+        # back up keep their pace: the other process may be gone)
+        at_base = self.current == self.base
+        self._interval = min(2 * self._interval, self.every * self.max_backoff) if at_base else self.every
         return False
 
     @property
