@@ -246,7 +246,7 @@ def test_best_first_tree_and_layout_equal_the_reference(calibrated: bool) -> Non
         setting = random_setting(rng, vocab)
         budget, max_depth, width = int(rng.integers(0, 70)), int(rng.integers(1, 11)), int(rng.integers(1, K + 1))
         masses = np.sort(rng.uniform(0.2, 1.0, max_depth))[::-1].copy()
-        cell_probs = rng.uniform(0.01, 0.99, N_CELLS)
+        cell_probs = rng.uniform(0.01, 0.99, N_CELLS) * (0.02 if rng.random() < 0.3 else 1.0)  # some weak drafters
         blocked = np.zeros(vocab, bool)
         blocked[rng.choice(vocab, size=2, replace=False)] = True
         suffix = rng.integers(0, vocab, size=int(rng.integers(0, 5)))
@@ -258,6 +258,7 @@ def test_best_first_tree_and_layout_equal_the_reference(calibrated: bool) -> Non
             step_costs = np.concatenate([[0.0], np.cumsum(rng.uniform(0.0, 0.3, budget + 1)) + rng.uniform(0.5, 3)])
         # rows valued per node (the size choice): none, or some value for the first few nodes
         node_value, valued_nodes = (0.0, 0) if rng.random() < 0.3 else (rng.uniform(0, 0.2), int(rng.integers(0, 20)))
+        rows_need_drafts = bool(rng.random() < 0.5)  # ... only where some tree pays on its drafts alone
         candidates = memories.reference_candidates(
             setting["orders"], setting["persistent"], setting["mode"], setting["specificity"], setting["fallback"]
         )
@@ -266,7 +267,7 @@ def test_best_first_tree_and_layout_equal_the_reference(calibrated: bool) -> Non
             candidates,
             budget=budget, max_depth=max_depth, max_width=width, scoring=Scoring(calibrated, masses, cell_probs),
             placeholder_ids=set(np.nonzero(blocked)[0].tolist()), suffix=suffix.tolist(), suffix_length=suffix_length,
-            step_costs=step_costs, node_value=node_value, valued_nodes=valued_nodes,
+            step_costs=step_costs, node_value=node_value, valued_nodes=valued_nodes, rows_need_drafts=rows_need_drafts,
         )  # fmt: skip
         padded = np.asarray([-1] * (3 - len(root_context)) + root_context, dtype=np.int64)
         built = drafting.build_tree(
@@ -274,7 +275,7 @@ def test_best_first_tree_and_layout_equal_the_reference(calibrated: bool) -> Non
             **compiled_args(setting), budget=budget, max_depth=max_depth, max_width=width, calibrated=calibrated,
             hit_masses=masses, cell_probs=cell_probs, placeholder_mask=blocked, suffix=suffix.astype(np.int64),
             suffix_length=suffix_length, step_costs=np.zeros(0) if step_costs is None else step_costs,
-            node_value=node_value, valued_nodes=valued_nodes,
+            node_value=node_value, valued_nodes=valued_nodes, rows_need_drafts=rows_need_drafts,
         )  # fmt: skip
         tokens, parents, depths, sources, scores, probs, cells, keep = built
         assert keep == reference.keep, trial
@@ -288,7 +289,9 @@ def test_best_first_tree_and_layout_equal_the_reference(calibrated: bool) -> Non
                 scoring=Scoring(calibrated, masses, cell_probs), placeholder_ids=set(np.nonzero(blocked)[0].tolist()),
                 suffix=suffix.tolist(), suffix_length=suffix_length,
             )  # fmt: skip
-            assert keep == best_size(np.cumsum(full.probs), step_costs, node_value, valued_nodes), trial
+            assert keep == best_size(np.cumsum(full.probs), step_costs, node_value, valued_nodes, rows_need_drafts), (
+                trial
+            )
             assert full.tokens[: len(tokens)] == tokens.tolist()
         for keep in {1, min(2, len(tokens)), len(tokens), int(rng.integers(1, len(tokens) + 1))}:
             graft = rng.integers(0, vocab, size=int(rng.integers(0, 4)))

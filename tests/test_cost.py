@@ -69,6 +69,15 @@ def test_rows_valued_per_node_move_the_choice_to_a_tree_only_where_they_pay() ->
     assert step_cost.best_size(weak, gentle, node_value=0.04, valued_nodes=8) == 9
     flat = np.ones(65)
     assert step_cost.best_size(weak, flat, node_value=0.04, valued_nodes=8) == 64  # free: the largest
+    # where the rows count only if some tree pays on its drafts alone: not for the weak drafter (the
+    # plain step), but a tree that pays on its drafts (2 nodes, 1.5 tokens in 1.02 steps) grows to 9 nodes
+    assert step_cost.best_size(weak, gentle, node_value=0.04, valued_nodes=8, rows_need_drafts=True) == 1
+    assert (
+        step_cost.best_size(weak, flat, node_value=0.04, valued_nodes=8, rows_need_drafts=True) == 64
+    )  # free: any draft pays
+    paying = np.cumsum(np.concatenate([[1.0, 0.5], 0.01 * 0.5 ** np.arange(62)]))
+    assert step_cost.best_size(paying, gentle) == 2
+    assert step_cost.best_size(paying, gentle, node_value=0.04, valued_nodes=8, rows_need_drafts=True) == 9
     for max_nodes, value, valued in ((64, 0.04, 8), (32, 0.1, 40), (16, 0.02, 0)):  # brute force
         expected = expected_tokens(max_nodes)
         costs = np.asarray([0.0] + [cpu_curve(s) for s in range(1, max_nodes + 1)])

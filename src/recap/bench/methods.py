@@ -35,7 +35,8 @@ VARIANT_HELP = (
     "budget of N nodes), adaptive (choose the size per step, at most the budget), hit-mass / calibrated "
     "(scores), orders=1+2 (key lengths), fusion=entropy|fixed|strict, suffix=N, no-suffix, write=committed|full-tree "
     "(the rows learned: the accepted path's or every verified node's), row-value=X and row-nodes=N (the "
-    "adaptive size counts each of the first N drafts' rows as worth X tokens), no-persistence, "
+    "adaptive size counts each of the first N drafts' rows as worth X tokens), rows-anywhere (count them also "
+    "where no tree pays on its drafts alone; rows-need-drafts: the default), no-persistence, "
     "no-fallback, no-persistent-context, persistent-context, fallback, fixed-threads (the caller's torch thread "
     "count at every step); e.g. recap[paper,budget=31]"
 )
@@ -73,6 +74,8 @@ def variant_config(options: str) -> RecapConfig:
                 changes["write_scope"] = value
             elif key == "row-value":
                 changes["row_value"] = float(value)
+            elif key in ("rows-need-drafts", "rows-anywhere"):
+                changes["row_value_needs_drafts"] = key == "rows-need-drafts"
             elif key == "row-nodes":
                 changes["row_value_nodes"] = int(value)
             elif key == "no-suffix":

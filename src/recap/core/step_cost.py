@@ -272,23 +272,36 @@ class StepCost:
                 self._dense, self._fresh = dense, 0
         return self._dense
 
-    def choose(self, expected: np.ndarray, node_value: float = 0.0, valued_nodes: int = 0) -> int:
+    def choose(
+        self, expected: np.ndarray, node_value: float = 0.0, valued_nodes: int = 0, rows_need_drafts: bool = False
+    ) -> int:
         """``plan``, else ``best_size`` over ``expected`` (see there), within the tree built."""
         forced = self.plan()
         if forced is not None:
             return min(forced, len(expected))
-        size = best_size(expected, self.dense(), node_value, valued_nodes)
+        size = best_size(expected, self.dense(), node_value, valued_nodes, rows_need_drafts)
         self.picked(size)
         return size
 
 
-def best_size(expected: np.ndarray, costs: np.ndarray, node_value: float = 0.0, valued_nodes: int = 0) -> int:
+def best_size(
+    expected: np.ndarray,
+    costs: np.ndarray,
+    node_value: float = 0.0,
+    valued_nodes: int = 0,
+    rows_need_drafts: bool = False,
+) -> int:
     """The tree size s (root included) with the most expected tokens per second,
     ``(expected[s - 1] + node_value * min(s - 1, valued_nodes)) / costs[s]``, the larger on ties.
     ``expected[n - 1]``: the tokens a tree of the drafter's ``n`` best nodes is expected to commit
     (1 for the root alone, a plain step); ``node_value``: the tokens each of the first
-    ``valued_nodes`` drafted nodes is worth besides, in later steps (the rows learned from it)."""
+    ``valued_nodes`` drafted nodes is worth besides, in later steps (the rows learned from it).
+    ``rows_need_drafts``: that worth counts only if some tree beats the plain step on
+    ``expected`` alone (else 1: rows may make a paying tree bigger, never buy a tree by themselves)."""
     sizes = np.arange(1, min(len(expected), len(costs) - 1) + 1)
-    gains = np.asarray(expected[: len(sizes)], dtype=np.float64) + node_value * np.minimum(sizes - 1, valued_nodes)
+    drafts = np.asarray(expected[: len(sizes)], dtype=np.float64)
+    if rows_need_drafts and not np.any(drafts[1:] / costs[sizes[1:]] > drafts[0] / costs[1]):
+        return 1
+    gains = drafts + node_value * np.minimum(sizes - 1, valued_nodes)
     rates = gains / costs[sizes]
     return int(sizes[len(sizes) - 1 - int(np.argmax(rates[::-1]))])

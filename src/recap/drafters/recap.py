@@ -235,7 +235,7 @@ class RecapDrafter:
                 calibrated=self._calibrated, hit_masses=self._hit_masses, cell_probs=cell_probs,
                 placeholder_mask=self._placeholder_mask, suffix=suffix if self._calibrated else self._empty,
                 suffix_length=suffix_length, step_costs=step_costs, node_value=self._node_value,
-                valued_nodes=cfg.row_value_nodes,
+                valued_nodes=cfg.row_value_nodes, rows_need_drafts=cfg.row_value_needs_drafts,
             )  # fmt: skip
         if len(step_costs):
             self.cost.picked(built.keep)

@@ -246,6 +246,7 @@ def _build_tree(
     step_costs: np.ndarray,  # [budget + 2] float64 seconds per step by tree size, or empty: no choice
     node_value: float,  # tokens a verified node's learned rows are counted as worth (the size choice)
     valued_nodes: int,  # the drafted nodes (the first ones) counted so
+    rows_need_drafts: bool,  # the rows count only where some tree beats a plain step on its drafts alone
 ):
     """The best-first tree in insertion order, as arrays of length n, and the size chosen
     (see the reference): (tokens, parents, depths, sources, scores, probs, cells, keep)."""
@@ -293,8 +294,10 @@ def _build_tree(
     n = 1
     choose = step_costs.shape[0] > 0
     expected, best_rate, keep = 1.0, 0.0, 1
+    drafts_expected, drafts_pay = 1.0, not rows_need_drafts  # the expected tokens without the rows' worth
     if choose:
         best_rate = 1.0 / step_costs[1]
+    plain_rate = best_rate
     expand = 0  # the node to expand next (each added node is expanded at once)
     while True:
         # -- expand node ``expand``: its candidates, best first, filtered, at most ``width``
@@ -387,6 +390,8 @@ def _build_tree(
             )  # fmt: skip
         if choose:
             expected += probs[node] + (node_value if n - 1 <= valued_nodes else 0.0)
+            drafts_expected += probs[node]
+            drafts_pay = drafts_pay or drafts_expected / step_costs[n] > plain_rate
             rate = expected / step_costs[n]
             if rate >= best_rate:
                 best_rate, keep = rate, n
@@ -394,7 +399,10 @@ def _build_tree(
                 improvable = False
                 for bigger in range(n + 1, size + 1):
                     rows = node_value * max(0, min(bigger - 1, valued_nodes) - (n - 1))
-                    if (expected + probs[node] * (bigger - n) + rows) / step_costs[bigger] >= best_rate:
+                    if (expected + probs[node] * (bigger - n) + rows) / step_costs[bigger] >= best_rate or (
+                        not drafts_pay
+                        and (drafts_expected + probs[node] * (bigger - n)) / step_costs[bigger] > plain_rate
+                    ):
                         improvable = True
                         break
                 if not improvable:
@@ -402,6 +410,8 @@ def _build_tree(
         expand = node
     if not choose:
         keep = n
+    elif not drafts_pay:  # no tree beat a plain step on its drafts: the rows' worth alone buys none
+        keep = 1
     return tokens[:n], parents[:n], depths[:n], sources[:n], scores[:n], probs[:n], cells[:n], keep
 
 
@@ -513,13 +523,14 @@ def build_tree(
     step_costs: np.ndarray,  # [budget + 2] float64 seconds per step by tree size, or empty: no choice
     node_value: float = 0.0,  # tokens a verified node's learned rows are counted as worth (the size choice)
     valued_nodes: int = 0,  # the drafted nodes (the first ones) counted so
+    rows_need_drafts: bool = False,  # the rows count only where some tree beats a plain step on its drafts alone
 ) -> BuiltTree:
     """The best-first tree and the size chosen (reference: ``recap.reference.tree_builder.build_tree``)."""
     return BuiltTree(
         *_build_tree(
             root_context, token_memory, tables, use, stamp, now, FUSION_CODES[fusion], specificity, fallback_tokens,
             fallback_q, budget, max_depth, max_width, calibrated, hit_masses, cell_probs, placeholder_mask, suffix,
-            suffix_length, step_costs, float(node_value), int(valued_nodes),
+            suffix_length, step_costs, float(node_value), int(valued_nodes), bool(rows_need_drafts),
         )
     )  # fmt: skip
 

@@ -80,6 +80,7 @@ def build_tree(
     step_costs: np.ndarray | None = None,
     node_value: float = 0.0,
     valued_nodes: int = 0,
+    rows_need_drafts: bool = False,
 ) -> BuiltTree:
     """Grow a tree best-first from the root (the last token of ``root_context``).
 
@@ -98,9 +99,13 @@ def build_tree(
     ``step_costs`` [budget + 2] (seconds of a step verifying s nodes, at index s) makes the
     search choose the size: ``keep`` is the s (root included) with the most expected tokens
     (the sum of the first s nodes' ``probs``, plus ``node_value`` for each of the first
-    ``valued_nodes`` drafted nodes: the rows learned from them) per second, the larger on ties. With calibrated
-    scores, probabilities fall in insertion order, so the search stops as soon as no larger
-    tree could beat the best so far even if every further node were as likely as the last.
+    ``valued_nodes`` drafted nodes: the rows learned from them) per second, the larger on ties.
+    ``rows_need_drafts``: the rows count only if some tree beats the plain step on its drafts
+    alone; else ``keep`` is 1 (the rows' worth may make a tree that pays bigger, never make one
+    where no draft is likely enough to pay). With calibrated scores, probabilities fall in
+    insertion order, so the search stops as soon as no larger tree could beat the best so far
+    (nor, while none has, the plain step on its drafts alone) even if every further node were as
+    likely as the last.
     """
     tree = BuiltTree([root_context[-1]], [-1], [0], [int(Source.ROOT)], [1.0], [1.0], [-1])
     contexts = [tuple(root_context[-3:])]
@@ -136,9 +141,11 @@ def build_tree(
             heapq.heappush(heap, (-tree.scores[node] * kept[0][0], counter, node, 0))
 
     expected, best_rate, last = 1.0, 0.0, budget + 1
+    drafts_expected, drafts_pay = 1.0, not rows_need_drafts  # the expected tokens without the rows' worth
     if step_costs is not None:
         best_rate = 1.0 / step_costs[1]
         tree.keep = 1
+    plain_rate = best_rate
     expand(0)
     while heap and len(tree) <= budget:
         neg_score, _, parent, rank = heapq.heappop(heap)
@@ -160,13 +167,20 @@ def build_tree(
         if step_costs is not None:
             size = len(tree)
             expected += tree.probs[node] + (node_value if size - 1 <= valued_nodes else 0.0)
+            drafts_expected += tree.probs[node]
+            drafts_pay = drafts_pay or drafts_expected / step_costs[size] > plain_rate
             if expected / step_costs[size] >= best_rate:
                 best_rate, tree.keep = expected / step_costs[size], size
-            # stop once no bigger tree can win, every further node as likely as this one (rows valued)
+            # stop once no bigger tree can win, every further node as likely as this one (rows valued),
+            # nor, while no tree has, beat the plain step on its drafts alone
             if scoring.calibrated and not any(
                 (expected + tree.probs[node] * (bigger - size) + _rows(node_value, valued_nodes, size, bigger))
                 / step_costs[bigger]
                 >= best_rate
+                or (
+                    not drafts_pay
+                    and (drafts_expected + tree.probs[node] * (bigger - size)) / step_costs[bigger] > plain_rate
+                )
                 for bigger in range(size + 1, last + 1)
             ):
                 break
@@ -176,6 +190,8 @@ def build_tree(
             offers.append([])
     if step_costs is None:
         tree.keep = len(tree)
+    elif not drafts_pay:  # no tree beat a plain step on its drafts: the rows' worth alone buys none
+        tree.keep = 1
     return tree
 
 
