@@ -460,11 +460,40 @@ def test_markdown_tables() -> None:
     assert len(table_lines) == 3
     overall = table_lines[0].strip("| ").split(" | ")
     assert overall[1:4] == ["1.50", "1.36", "4.0"]  # MAL, tok/fwd, nodes/tok
-    assert overall[4:8] == ["2.33", "2.00", "1.80", "0.667"]  # speedups, match
+    assert overall[4:9] == ["2.33", "2.00", "1.80", "-", "0.667"]  # speedups, no rounds without repeats, match
     generate_row = next(line for line in text.splitlines() if line.startswith("| generate |"))
     assert generate_row.split(" | ")[1] == "-"  # no MAL for the reference
     assert "MISMATCHES" not in text
     assert "![speedup](speedup.png)" in text
+
+
+def test_rounds_give_the_mean_speedup_of_each_repeat_round() -> None:
+    """With repeats, round j pairs generate's j-th time on a request with the method's j-th; the
+    report shows the lowest and highest round mean next to the speedups."""
+    records = []
+    for request, family, generate_times, recap_times in (
+        ("r1", "ocr", [2.0, 2.2, 1.8], [1.0, 2.0, 1.2]),
+        ("r2", "chart", [3.0, 3.0, 3.3], [3.0, 1.5, 1.1]),
+    ):
+        for method, times in (("generate", generate_times), ("recap", recap_times)):
+            row = record(request, family, method, statistics.median(times), T1)
+            row["repeat_seconds"] = times
+            records.append(row)
+    recap = summarize(records, ["generate", "recap"])["recap"]
+    expected = [(2.0 / 1.0 + 3.0 / 3.0) / 2, (2.2 / 2.0 + 3.0 / 1.5) / 2, (1.8 / 1.2 + 3.3 / 1.1) / 2]
+    assert recap["speedup_rounds"] == pytest.approx(expected)
+    assert summarize(records, ["generate", "recap"])["generate"]["speedup_rounds"] is None
+    results = aggregate(records, ["generate", "recap"])
+    results.update(costs=None, mismatches=[], failures=[])
+    results["settings"] = synthetic_results([])["settings"] | {"repeats": 3}
+    text = markdown(results)
+    overall = next(line for line in text.splitlines() if line.startswith("| recap |")).strip("| ").split(" | ")
+    assert overall[7] == f"{min(expected):.2f}-{max(expected):.2f}"
+    assert "*rounds*" in text
+    records[-1]["repeat_seconds"] = [1.0, 1.0]  # rounds that do not line up: no spread rather than a wrong one
+    assert summarize(records, ["generate", "recap"])["recap"]["speedup_rounds"] is None
+    del records[-1]["repeat_seconds"]
+    assert summarize(records, ["generate", "recap"])["recap"]["speedup_rounds"] is None
 
 
 def test_cpu_steal_is_read_from_proc_stat_and_shown_in_the_report(monkeypatch: pytest.MonkeyPatch) -> None:

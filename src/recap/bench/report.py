@@ -28,6 +28,20 @@ def generate_ms_per_token(records: Sequence[dict[str, Any]]) -> float | None:
     return 1000 * seconds / tokens if tokens and seconds > 0 else None
 
 
+def round_speedups(runs: Sequence[tuple[dict[str, Any], dict[str, Any]]]) -> list[float] | None:
+    """The mean speedup of each repeat round alone, over (reference, method) record pairs: round j's
+    ratio on a request is generate's j-th time over the method's j-th (the bench runs both in round j,
+    seconds apart). None unless every record holds the same number (>= 2) of repeat times."""
+    counts = {len(record.get("repeat_seconds") or ()) for pair in runs for record in pair}
+    if len(counts) != 1 or min(counts) < 2:
+        return None
+    rounds = counts.pop()
+    return [
+        statistics.fmean(ref["repeat_seconds"][j] / run["repeat_seconds"][j] for ref, run in runs)
+        for j in range(rounds)
+    ]
+
+
 def summarize(records: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Per-method aggregates over ``records`` (dicts of one request x method, see run.py).
 
@@ -36,7 +50,9 @@ def summarize(records: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
     tokens committed by steps / steps (over all steps), and match ratio the share of
     requests whose tokens equal the reference's. Each method that steps also gets its
     zero-overhead ceiling: MAL x generate's ms per token (``generate_ms_per_token``) / its mean
-    ms per verify forward, and its mean speedup as a share of that.
+    ms per verify forward, and its mean speedup as a share of that. With repeats, ``speedup_rounds``
+    is the mean speedup of each repeat round alone (``round_speedups``; None for the reference):
+    how far the noise of single runs moves the mean.
     """
     per_token = generate_ms_per_token(records)
     by_request: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
@@ -57,6 +73,7 @@ def summarize(records: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
             "speedup_mean": statistics.fmean(ratios),
             "speedup_median": statistics.median(ratios),
             "speedup_total": sum(ref["seconds"] for ref, _ in runs) / sum(run["seconds"] for _, run in runs),
+            "speedup_rounds": None if method == REFERENCE else round_speedups(runs),
             "match_ratio": sum(run["match"] for _, run in runs) / len(runs),
             "mean_accepted_length": None,
             "tokens_per_forward": None,
@@ -115,7 +132,11 @@ def aggregate(records: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
 
 
 def _fmt(value: Any, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+    if value is None:
+        return "-"
+    if isinstance(value, list):  # a spread: lowest-highest
+        return f"{format(min(value), spec)}-{format(max(value), spec)}"
+    return format(value, spec)
 
 
 COLUMNS = (
@@ -125,6 +146,7 @@ COLUMNS = (
     ("speedup mean", "speedup_mean", ".2f"),
     ("median", "speedup_median", ".2f"),
     ("total", "speedup_total", ".2f"),
+    ("rounds", "speedup_rounds", ".2f"),
     ("match", "match_ratio", ".3f"),
     ("host us/step", "host_overhead_us_per_step", ".0f"),
     ("verify ms/step", "verify_ms_per_step", ".2f"),
@@ -172,7 +194,13 @@ def markdown(results: dict[str, Any]) -> str:
         f"- date: {meta['date']}, machine: {meta['machine']}" + _steal_note(meta.get("cpu_steal")),
         f"- decoding: {meta.get('decoding', 'greedy: generate(do_sample=False)')}",
         "",
-        "Speedup is measured against the model's own `generate` with the same arguments on the same request.",
+        "Speedup is measured against the model's own `generate` with the same arguments on the same request."
+        + (
+            " *rounds*: the lowest and highest mean speedup of a single repeat round (round j pairs generate's "
+            "j-th run of a request with the method's j-th, seconds apart): how far one run's noise moves the mean."
+            if meta.get("repeats", 1) > 1
+            else ""
+        ),
         "",
     ]
     costs = results.get("costs")
