@@ -244,7 +244,7 @@ def bench(
 
     from .bench import plan as bench_plan
     from .bench import write
-    from .bench.report import COLUMNS, NOISY_STEAL, table_rows, threads_line
+    from .bench.report import NOISY_STEAL, columns, table_rows, threads_line
     from .core.memory import save_memory
     from .loading import load_model, sampling_arguments
 
@@ -255,7 +255,7 @@ def bench(
     if threads:
         torch.set_num_threads(threads)
     sampling = sampling_arguments(temperature, top_p, top_k)
-    console = Console(width=max(130, shutil.get_terminal_size().columns))
+    console = Console(width=max(140, shutil.get_terminal_size().columns))
     try:
         plan = bench_plan.plan(methods, ablate, budgets, data, suite_families, samples, seed, sampling)
         if memory_file is not None and "recap" not in [spec.name for spec in plan.specs]:
@@ -287,9 +287,11 @@ def bench(
     kept = f", median of {repeats} runs" if repeats > 1 else ""
     table = Table(title=f"{model}: {workload}, memory {memory}, max_new_tokens {max_new_tokens}, {decoding}{kept}")
     table.add_column("method", no_wrap=True)
-    for title, _, _ in COLUMNS:
-        table.add_column(title, justify="right")
-    for row in table_rows(results["overall"]):
+    shown = columns(results)
+    for title, key, _ in shown:
+        widest = max(map(len, title.split()))  # headers wrap between words, never inside one
+        table.add_column(title, justify="right", min_width=9 if key == "speedup_rounds" else widest)  # "1.06-1.31"
+    for row in table_rows(results["overall"], shown):
         table.add_row(*(escape(cell) for cell in row))
     if cost_table:
         sizes = ", ".join(f"{n}: {ms:.2f}" for n, ms in zip(cost_table["sizes"], cost_table["verify_ms"]))

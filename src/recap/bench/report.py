@@ -155,8 +155,17 @@ COLUMNS = (
 )
 
 
-def table_rows(summaries: dict[str, dict[str, Any]]) -> list[list[str]]:
-    return [[method] + [_fmt(s[key], spec) for _, key, spec in COLUMNS] for method, s in summaries.items()]
+def columns(results: dict[str, Any]) -> tuple[tuple[str, str, str], ...]:
+    """The table's columns for these results: *rounds* only where some method has it (``--repeats``)."""
+    summaries = [s for group in (results["overall"], *results["families"].values()) for s in group.values()]
+    rounds = any(s.get("speedup_rounds") for s in summaries)
+    return tuple(c for c in COLUMNS if rounds or c[1] != "speedup_rounds")
+
+
+def table_rows(
+    summaries: dict[str, dict[str, Any]], shown: tuple[tuple[str, str, str], ...] = COLUMNS
+) -> list[list[str]]:
+    return [[method] + [_fmt(s.get(key), spec) for _, key, spec in shown] for method, s in summaries.items()]
 
 
 def threads_line(summaries: dict[str, dict[str, Any]]) -> str | None:
@@ -223,12 +232,13 @@ def markdown(results: dict[str, Any]) -> str:
             "forward in those runs; *of ceiling* is its mean speedup over that.",
             "",
         ])  # fmt: skip
-    header = "| method | " + " | ".join(c[0] for c in COLUMNS) + " |"
-    rule = "|" + "---|" * (len(COLUMNS) + 1)
+    shown = columns(results)
+    header = "| method | " + " | ".join(c[0] for c in shown) + " |"
+    rule = "|" + "---|" * (len(shown) + 1)
 
     def table(title: str, summaries: dict[str, dict[str, Any]]) -> None:
         lines.extend([f"## {title}", "", header, rule])
-        lines.extend("| " + " | ".join(row) + " |" for row in table_rows(summaries))
+        lines.extend("| " + " | ".join(row) + " |" for row in table_rows(summaries, shown))
         lines.append("")
 
     table("Overall", results["overall"])
