@@ -192,6 +192,7 @@ def _steal_note(steal: float | None) -> str:
 def markdown(results: dict[str, Any]) -> str:
     """report.md: settings, the overall table, one table per family, plots."""
     meta = results["settings"]
+    shown = columns(results)
     lines = [
         "# recap bench report",
         "",
@@ -207,7 +208,7 @@ def markdown(results: dict[str, Any]) -> str:
         + (
             " *rounds*: the lowest and highest mean speedup of a single repeat round (round j pairs generate's "
             "j-th run of a request with the method's j-th, seconds apart): how far one run's noise moves the mean."
-            if meta.get("repeats", 1) > 1
+            if any(key == "speedup_rounds" for _, key, _ in shown)
             else ""
         ),
         "",
@@ -232,7 +233,6 @@ def markdown(results: dict[str, Any]) -> str:
             "forward in those runs; *of ceiling* is its mean speedup over that.",
             "",
         ])  # fmt: skip
-    shown = columns(results)
     header = "| method | " + " | ".join(c[0] for c in shown) + " |"
     rule = "|" + "---|" * (len(shown) + 1)
 
