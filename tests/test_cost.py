@@ -134,7 +134,40 @@ def test_a_size_costs_what_the_cheapest_size_at_least_as_big_costs() -> None:
     assert best_size(lambda s: float(cost.dense()[s]), 64) >= 16  # never the dearer 4-node tree
     cost.record(64, 0.010)
     cost.record(70, 0.5)  # larger than the ladder: counted with the largest size
-    assert cost.measured()[64] == pytest.approx(0.5 / 2 + 0.010 / 2)
+    assert cost.measured()[64] == pytest.approx(0.010)  # of two times the lower (the median would be their mean)
+    cost.record(64, 0.012)
+    assert cost.measured()[64] == pytest.approx(0.012)  # of three and more the median
+
+
+def test_a_size_timed_for_the_first_time_counts_at_once() -> None:
+    """A size never timed is read off the sizes that were (here the flat slope beyond 4 nodes, as
+    cheap as a plain step); once it has been timed, the next choice sees its real price, not the
+    costs computed before it (refreshed only every ``DENSE_REFRESH`` step times otherwise)."""
+    cost = StepCost(8, explore_every=0, sweep_every=0)
+    for _ in range(3):
+        cost.record(1, 0.001)
+        cost.record(4, 0.001)
+    strong = np.cumsum(np.concatenate([[1.0], 0.3 * np.ones(7)]))  # 0.3 tokens more for every node
+    assert cost.dense()[8] == pytest.approx(0.001) and step_cost.best_size(strong, cost.dense()) == 8
+    cost.record(8, 0.005)  # five plain steps: no tree of 8 nodes pays
+    assert cost.dense()[8] == pytest.approx(0.005)
+    assert step_cost.best_size(strong, cost.dense()) == 4
+
+
+def test_a_stalled_probe_of_the_largest_tree_is_measured_again() -> None:
+    """On a flat (GPU-like) curve the start-up probe of the largest tree stalls (20 plain steps):
+    it is measured again at once, and of its two times the lower counts, so the largest trees are
+    still chosen. Before, the stall stood for the largest size (probed only once, the median of
+    two being their mean), and the rule settled on smaller trees for good."""
+    cost = StepCost(64, explore_every=0, sweep_every=0)
+    expected = expected_tokens(64)
+    tried = []
+    for _ in range(12):
+        size = cost.choose(expected)
+        tried.append(size)
+        cost.record(size, 0.4 if len(tried) == 4 else 0.02)  # the fourth step, the 64-node probe, stalls
+    assert tried[:5] == [1, 4, 16, 64, 64]
+    assert tried[5:] == [64] * 7
 
 
 def test_start_up_probes_stop_where_no_tree_can_pay() -> None:

@@ -11,11 +11,12 @@ expected tokens include what a verified node is worth later (``RecapConfig.row_v
 top-k rows are learned whether it is accepted or not, and later steps draft from them.
 
 Sizes come from a ladder (1 = a plain step, 2, 3, ..., 16, 24, 32, 48, ...). The cost of a size is
-the median of its last ``window`` step times (a stray slow step on a shared machine does not
-move it), read as the cost of the cheapest size at least as big (a tree of s nodes can always be
-filled with more drafts up to a bigger size that verifies faster: on two cores a 2-row forward
-can cost more than an 8-row one), interpolated between measured sizes, and extrapolated along
-the slope of the last two beyond the largest size measured.
+the median of its last ``window`` step times, of two the lower (a stray slow step on a shared
+machine does not move it; a start-up probe that looked too dear is timed twice), read as the cost
+of the cheapest size at least as big (a tree of s nodes can always be filled with more drafts up to
+a bigger size that verifies faster: on two cores a 2-row forward can cost more than an 8-row one),
+interpolated between measured sizes, and extrapolated along the slope of the last two beyond the
+largest size measured.
 
 The machine's speed drifts (other processes, frequency changes, a shared host), and a size
 measured only now and then would be compared with sizes measured at another speed: one size timed
@@ -51,6 +52,13 @@ from .threads import ThreadChoice
 # every size up to 16 (where CPU choices fall: a step time is kept under its own size, so a size picked
 # often does not stand for a bigger one), then coarser
 LADDER = (*range(1, 17), 24, 32, 48, 64, 96, 128, 192, 256)
+DENSE_REFRESH = 16  # new step times after which the dense costs are computed again
+
+
+def typical(times) -> float:
+    """What a step of one size takes, from its step times: their median; of two, the lower (a stray
+    slow step, a stall, only ever makes a step slower, and the median of two is their mean)."""
+    return min(times) if len(times) == 2 else statistics.median(times)
 
 
 def ladder(max_nodes: int) -> list[int]:
@@ -102,9 +110,11 @@ class StepCost:
 
     def _next_probe(self, index: int) -> int | None:
         """The probe after ladder size ``index``: the first size at least 4 times as big (the
-        largest if none is), so the start-up costs a few steps; None after the largest."""
-        if index == len(self.sizes) - 1:
-            return None
+        largest if none is), so the start-up costs a few steps. After the largest, the index past
+        the ladder: nothing more is probed, but the call after it can still measure the largest
+        again if it looked too dear once."""
+        if index >= len(self.sizes) - 1:
+            return len(self.sizes)
         bigger = [i for i in range(index + 1, len(self.sizes)) if self.sizes[i] >= 4 * self.sizes[index]]
         return bigger[0] if bigger else len(self.sizes) - 1
 
@@ -113,7 +123,7 @@ class StepCost:
         fastest of at least ``min_samples`` steps passes ``max_gain`` plain steps (all of them
         until that is seen; a stalled step only ever looks slower, so it is not enough)."""
         with self._lock:
-            plain = statistics.median(self._times[0]) if self._times[0] else None
+            plain = typical(self._times[0]) if self._times[0] else None
             if plain is None:
                 return len(self.sizes) - 1
             for i, times in enumerate(self._times):
@@ -153,7 +163,7 @@ class StepCost:
             # a step is read against its size's median once the size has 3 times; a trial step
             # already with 1 (trials right after the start-up then compare too)
             if self._log_ratios.maxlen and len(times) >= (1 if trial else 3) and seconds > 0:
-                log_speed = math.log(seconds / statistics.median(times))
+                log_speed = math.log(seconds / typical(times))
             if threads is not None:
                 if self.threads.record(threads, seconds, log_speed, self._log_speed):
                     self._log_ratios.clear()
@@ -165,8 +175,10 @@ class StepCost:
                 self._log_ratios.append(log_speed)
                 self._log_speed = statistics.median(self._log_ratios)
             seconds /= math.exp(self._log_speed)
+            # a size timed for the first time refreshes ``dense`` at once: it was read off its neighbours
+            # (or the slope beyond the largest size timed), and may be far dearer than that
+            self._fresh = self._fresh + 1 if times else DENSE_REFRESH
             times.append(seconds)
-            self._fresh += 1
             self._total += seconds
 
     @property
@@ -176,25 +188,35 @@ class StepCost:
             return math.exp(self._log_speed)
 
     def measured(self) -> dict[int, float]:
-        """Median seconds (at the reference speed) of each size measured so far."""
+        """Typical seconds (``typical``: the median, of two the lower; at the reference speed) of
+        each size measured so far."""
         with self._lock:
-            return {size: statistics.median(t) for size, t in zip(self.sizes, self._times) if t}
+            return {size: typical(t) for size, t in zip(self.sizes, self._times) if t}
+
+    def _dear_once(self, index: int) -> bool:
+        """Whether ladder size ``index`` was timed once, dearer than ``max_gain`` plain steps (a
+        stalled step looks so too: a probe that did is measured again before it counts)."""
+        with self._lock:
+            times = self._times[index]
+            if not self._times[0] or len(times) != 1:
+                return False
+            return times[0] > self.max_gain * typical(self._times[0])
 
     def _dear(self, index: int) -> bool:
         """Whether ladder size ``index`` was dearer than ``max_gain`` plain steps even at its fastest."""
         with self._lock:
             if not self._times[0] or len(self._times[index]) < 2:
                 return False
-            return min(self._times[index]) > self.max_gain * statistics.median(self._times[0])
+            return min(self._times[index]) > self.max_gain * typical(self._times[0])
 
     def costs(self) -> np.ndarray:
-        """[len(sizes)] estimated seconds per step of each ladder size: the median of the
+        """[len(sizes)] estimated seconds per step of each ladder size: the typical time of the
         cheapest measured size at least as big (so non-decreasing), interpolated between
         measured sizes, flat below the smallest, extrapolated beyond the largest along the slope
         of the last two (flat if only one is measured). All ones before any measurement (as if
         verification were free)."""
         with self._lock:
-            points = [(self.sizes[i], statistics.median(t)) for i, t in enumerate(self._times) if t]
+            points = [(self.sizes[i], typical(t)) for i, t in enumerate(self._times) if t]
         if not points:
             return np.ones(len(self.sizes))
         xs = np.asarray([size for size, _ in points], dtype=np.float64)
@@ -221,7 +243,7 @@ class StepCost:
             probing = self._probing
         if probing is not None:  # the start-up probes, upwards, while the sizes are worth trying
             previous = self._last_probe
-            if previous and self.worth_trying(min_samples=1) == previous < self.worth_trying():
+            if previous and self._dear_once(previous):
                 return self.sizes[previous]  # the last probe looked too dear once: measure it again
             more = probing <= self.worth_trying()
             with self._lock:
@@ -247,12 +269,12 @@ class StepCost:
         return forced
 
     def _seconds(self, index: int) -> float:
-        """What a step of ladder size ``index`` takes: its own median (a forced size runs at that size,
+        """What a step of ladder size ``index`` takes: its own typical time (a forced size runs at that size,
         not filled up to a cheaper one), else the estimate of ``costs``."""
         with self._lock:
             times = self._times[index]
             if times:
-                return statistics.median(times)
+                return typical(times)
         return float(self.costs()[index])
 
     def picked(self, size: int) -> None:
@@ -262,9 +284,10 @@ class StepCost:
 
     def dense(self) -> np.ndarray:
         """[max_nodes + 1] float64: the estimated seconds of a step verifying s nodes at index s
-        (``costs`` interpolated; index 0 unused). Refreshed after every 16 new step times."""
+        (``costs`` interpolated; index 0 unused). Refreshed after every ``DENSE_REFRESH`` new step
+        times, and after the first time of a size."""
         with self._lock:
-            stale = self._dense is None or self._fresh >= 16
+            stale = self._dense is None or self._fresh >= DENSE_REFRESH
         if stale:  # medians and the fit cost tens of microseconds: not on every step
             sizes = np.arange(self.sizes[-1] + 1, dtype=np.float64)
             dense = np.interp(sizes, np.asarray(self.sizes, dtype=np.float64), self.costs())
