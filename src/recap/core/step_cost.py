@@ -108,7 +108,7 @@ class StepCost:
         self._last_probe: int | None = None
         self.threads = ThreadChoice()  # the torch thread count of CPU steps, where the loop lets it choose
 
-    def _next_probe(self, index: int) -> int | None:
+    def _next_probe(self, index: int) -> int:
         """The probe after ladder size ``index``: the first size at least 4 times as big (the
         largest if none is), so the start-up costs a few steps. After the largest, the index past
         the ladder: nothing more is probed, but the call after it can still measure the largest
