@@ -8,9 +8,9 @@ Cross-process pairs cannot resolve a few points (``generate``'s own time moves b
 of one command), and ``recap bench``'s variants share one step-cost model per tree budget. Here each side has its own
 step-cost object and its own memory (both from empty), greedy, 200 tokens: for request i of the suite every side
 decodes it ``--repeats`` times in an order rotated by i and the round, the earlier runs from a copy of the memory
-(as the bench does), and the median time counts. Prints each side's speedup over ``generate`` (of the summed
-medians, and the mean of the per-request ratios) and its nodes per token. Every output is checked against
-``generate``'s.
+(as the bench does), and the median time counts; ``--cold`` clears the memories' rows before each request. Prints
+each side's speedup over ``generate`` (of the summed medians, and the mean of the per-request ratios) and its nodes
+per token. Every output is checked against ``generate``'s.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=691)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rev", default="HEAD", help="the revision of the other side's step-cost model")
+    parser.add_argument("--cold", action="store_true", help="clear each side's memory rows before every request")
     args = parser.parse_args()
 
     model, processor = load_model(args.model)
@@ -83,6 +84,9 @@ def main() -> None:
     medians = {side: [] for side in sides}
     nodes = {side: [0, 0] for side in costs}
     for i, request in enumerate(inputs):
+        if args.cold:  # every row, as the bench's --memory cold does; the calibration stays
+            for memory in memories.values():
+                memory.clear()
         times = {side: [] for side in sides}
         outputs = {side: [] for side in sides}
         for round_ in range(args.repeats):
