@@ -118,16 +118,16 @@ class StepCost:
         bigger = [i for i in range(index + 1, len(self.sizes)) if self.sizes[i] >= 4 * self.sizes[index]]
         return bigger[0] if bigger else len(self.sizes) - 1
 
-    def worth_trying(self, min_samples: int = 2) -> int:
+    def worth_trying(self) -> int:
         """Index of the largest ladder size worth verifying: the sizes up to the first one whose
-        fastest of at least ``min_samples`` steps passes ``max_gain`` plain steps (all of them
-        until that is seen; a stalled step only ever looks slower, so it is not enough)."""
+        fastest of at least 2 steps passes ``max_gain`` plain steps (all of them until that is
+        seen; one stalled step only ever looks slower, so it is not enough)."""
         with self._lock:
             plain = typical(self._times[0]) if self._times[0] else None
             if plain is None:
                 return len(self.sizes) - 1
             for i, times in enumerate(self._times):
-                if len(times) >= min_samples and min(times) > self.max_gain * plain:
+                if len(times) >= 2 and min(times) > self.max_gain * plain:
                     return i
         return len(self.sizes) - 1
 
@@ -193,21 +193,15 @@ class StepCost:
         with self._lock:
             return {size: typical(t) for size, t in zip(self.sizes, self._times) if t}
 
-    def _dear_once(self, index: int) -> bool:
-        """Whether ladder size ``index`` was timed once, dearer than ``max_gain`` plain steps (a
-        stalled step looks so too: a probe that did is measured again before it counts)."""
+    def _dear(self, index: int, once: bool = False) -> bool:
+        """Whether ladder size ``index`` was dearer than ``max_gain`` plain steps even at its fastest,
+        over 2 times or more; ``once``: over exactly one (a stalled step looks so too, so a probe
+        that did is measured again before it counts)."""
         with self._lock:
             times = self._times[index]
-            if not self._times[0] or len(times) != 1:
+            if not self._times[0] or (len(times) != 1 if once else len(times) < 2):
                 return False
-            return times[0] > self.max_gain * typical(self._times[0])
-
-    def _dear(self, index: int) -> bool:
-        """Whether ladder size ``index`` was dearer than ``max_gain`` plain steps even at its fastest."""
-        with self._lock:
-            if not self._times[0] or len(self._times[index]) < 2:
-                return False
-            return min(self._times[index]) > self.max_gain * typical(self._times[0])
+            return min(times) > self.max_gain * typical(self._times[0])
 
     def costs(self) -> np.ndarray:
         """[len(sizes)] estimated seconds per step of each ladder size: the typical time of the
@@ -243,7 +237,7 @@ class StepCost:
             probing = self._probing
         if probing is not None:  # the start-up probes, upwards, while the sizes are worth trying
             previous = self._last_probe
-            if previous and self._dear_once(previous):
+            if previous and self._dear(previous, once=True):
                 return self.sizes[previous]  # the last probe looked too dear once: measure it again
             more = probing <= self.worth_trying()
             with self._lock:
