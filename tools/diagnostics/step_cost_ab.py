@@ -1,37 +1,33 @@
 """Same-process A/B of the step-cost model: RECAP with ``recap.core.step_cost`` as it was at a git revision
-against the working tree's, and ``generate``, interleaved per request.
+against the working tree's, and ``generate``, in one ``recap bench`` run.
 
     python -m tools.diagnostics.step_cost_ab --model tiny-qwen2.5-vl --seed 691 --rev caa14de
     python -m tools.diagnostics.step_cost_ab --model tiny-qwen2.5-vl --seed 709 --rev HEAD   # an A/A
 
 Cross-process pairs cannot resolve a few points (``generate``'s own time moves by up to 11% between two processes
-of one command), and ``recap bench``'s variants share one step-cost model per tree budget. Here each side has its own
-step-cost object and its own memory (both from empty), greedy, 200 tokens: for request i of the suite every side
-decodes it ``--repeats`` times in an order rotated by i and the round, the earlier runs from a copy of the memory
-(as the bench does), and the median time counts; ``--cold`` clears the memories' rows before each request. Prints
-each side's speedup over ``generate`` (of the summed medians, and the mean of the per-request ratios) and its nodes
-per token. Every output is checked against ``generate``'s.
+of one command), and ``recap bench``'s variants share one step-cost model per tree budget. Here the bench's own
+protocol (``recap.bench.run.run_bench``: warm-up, order rotated per request, ``--repeats`` runs from the same memory
+state, the median kept, every output checked against ``generate``'s) runs ``recap@REV`` and ``recap``, the same
+default configuration, each with its own step-cost object and its own memory from empty; ``--cold`` clears the
+rows before each request. Prints the bench's overall table; exits 1 on a mismatch.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import torch
-
 from recap import entry
-from recap.bench.workloads import suite_requests
-from recap.core.memory import TokenMemory
+from recap.bench import run as bench_run
+from recap.bench.methods import MethodRunner, MethodSpec
+from recap.bench.report import columns, table_rows
+from recap.bench.workloads import Request, suite_requests
 from recap.core.step_cost import StepCost
-from recap.core.vocab import output_vocab_size
-from recap.loading import build_inputs, load_model
+from recap.loading import load_model
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_NODES = 64  # the default node budget (63) and the root
@@ -51,6 +47,18 @@ def step_cost_at(rev: str) -> type:
     return module.StepCost
 
 
+class OwnStepCost(MethodRunner):
+    """A bench runner whose RECAP calls use the step-cost object given for its method's name."""
+
+    step_costs: dict[str, StepCost] = {}
+
+    def __call__(self, *args, **kwargs):
+        cost = self.step_costs.get(self.spec.name)
+        if cost is not None:
+            entry._step_costs[self.model] = {MAX_NODES: cost}  # what recap.generate takes for this model
+        return super().__call__(*args, **kwargs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="tiny-qwen2.5-vl")
@@ -62,57 +70,22 @@ def main() -> None:
     args = parser.parse_args()
 
     model, processor = load_model(args.model)
-    vocab = output_vocab_size(model)
     requests = suite_requests("all", args.samples, args.seed)
-    inputs = [build_inputs(processor, r.prompt, r.image) for r in requests]
-    costs = {args.rev: step_cost_at(args.rev)(MAX_NODES), "working tree": StepCost(MAX_NODES)}
-    memories = {side: TokenMemory(vocab, k=8, method="recap") for side in costs}
-
-    def decode(side: str, request: dict, max_new_tokens: int, memory: TokenMemory | None = None):
-        if side == "generate":
-            with torch.inference_mode():
-                out = model.generate(**request, max_new_tokens=max_new_tokens, do_sample=False)
-            return out[0, request["input_ids"].shape[1] :].tolist(), None
-        entry._step_costs[model] = {MAX_NODES: costs[side]}  # this side's step-cost model for this call
-        result = entry.generate(model, request, "recap", max_new_tokens, memory=memory)
-        return result.token_ids, result.stats
-
-    warm_up = build_inputs(processor, "Describe the image.", requests[0].image)
-    for side in ("generate", *costs):
-        decode(side, warm_up, 32, TokenMemory(vocab, k=8, method="recap"))
-    sides = ["generate", *costs]
-    medians = {side: [] for side in sides}
-    nodes = {side: [0, 0] for side in costs}
-    for i, request in enumerate(inputs):
-        if args.cold:  # every row, as the bench's --memory cold does; the calibration stays
-            for memory in memories.values():
-                memory.clear()
-        times = {side: [] for side in sides}
-        outputs = {side: [] for side in sides}
-        for round_ in range(args.repeats):
-            shift = (i + round_) % len(sides)
-            last = round_ == args.repeats - 1
-            for side in sides[shift:] + sides[:shift]:
-                memory = None if side == "generate" else memories[side] if last else memories[side].copy()
-                start = time.perf_counter()
-                tokens, stats = decode(side, request, 200, memory)
-                times[side].append(time.perf_counter() - start)
-                outputs[side].append(tokens)
-                if side != "generate" and last:
-                    nodes[side][0] += stats.nodes_verified
-                    nodes[side][1] += stats.new_tokens
-        reference = outputs["generate"][0]
-        for side in sides:
-            if any(tokens != reference for tokens in outputs[side]):
-                raise SystemExit(f"{side}: request {requests[i].id} differs from generate's tokens")
-        for side in sides:
-            medians[side].append(statistics.median(times[side]))
-    print(f"{args.model}, suite seed {args.seed}, {len(inputs)} requests, median of {args.repeats} runs each")
-    for side in costs:
-        ratios = [g / s for g, s in zip(medians["generate"], medians[side])]
-        total = sum(medians["generate"]) / sum(medians[side])
-        per_token = nodes[side][0] / nodes[side][1]
-        print(f"{side}: {total:.3f}x in all, {statistics.mean(ratios):.3f}x mean, {per_token:.2f} nodes per token")
+    old = f"recap@{args.rev}"
+    OwnStepCost.step_costs = {old: step_cost_at(args.rev)(MAX_NODES), "recap": StepCost(MAX_NODES)}
+    specs = [MethodSpec("generate", "generate"), MethodSpec(old, "recap"), MethodSpec("recap", "recap")]
+    bench_run.MethodRunner = OwnStepCost
+    warmup = Request("warm-up", "warm-up", "Describe the image.", requests[0].image)
+    results = bench_run.run_bench(
+        model, processor, requests, specs, memory="cold" if args.cold else "warm", warmup=warmup, repeats=args.repeats
+    )
+    shown = columns(results)
+    print(f"{args.model}, suite seed {args.seed}, {len(requests)} requests, median of {args.repeats} runs each")
+    print(" | ".join(["method", *(title for title, _, _ in shown)]))
+    for row in table_rows(results["overall"], shown):
+        print(" | ".join(row))
+    if results["mismatches"]:
+        raise SystemExit(f"{len(results['mismatches'])} outputs differ from generate's: {results['mismatches']}")
 
 
 if __name__ == "__main__":
