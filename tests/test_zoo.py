@@ -13,7 +13,7 @@ import recap
 from recap import suite, zoo
 from recap.backends.hf import output_vocab_size
 from recap.loading import build_inputs, decode, load_model
-from recap.zoo.image_processor import register
+from recap.zoo.image_processor import QwenVLImageProcessor, load_processor, register
 
 NAMES = ("tiny-qwen2.5-vl", "tiny-llava-next")
 
@@ -39,6 +39,20 @@ def test_loads_offline_with_from_pretrained_and_by_name(name: str) -> None:
     assert hasattr(processor, "image_processor") and processor.chat_template
     by_name, by_name_processor = load_model(name, device="cpu", dtype="float32")
     assert type(by_name) is type(model) and type(by_name_processor) is type(processor)
+
+
+def test_qwen_processor_loads_without_the_auto_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    # transformers 5.17 (a GPU machine's preinstalled one) ignores AutoProcessor.register for its own config
+    # classes, and AutoProcessor then returns the bare tokenizer: the embedded Qwen must not depend on it
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING
+
+    monkeypatch.setattr(PROCESSOR_MAPPING, "_extra_content", {})
+    monkeypatch.setattr("recap.zoo.image_processor.register", lambda: None)
+    assert not hasattr(AutoProcessor.from_pretrained(zoo.path("tiny-qwen2.5-vl")), "image_processor")
+    processor = load_processor(zoo.path("tiny-qwen2.5-vl"))
+    assert type(processor) is QwenVLImageProcessor and processor.chat_template
+    assert type(zoo.load("tiny-qwen2.5-vl")[1]) is QwenVLImageProcessor
+    assert hasattr(load_processor(zoo.path("tiny-llava-next")), "image_processor")
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -34,6 +34,7 @@ BIG = "tiny-qwen2.5-vl@7b"
 LOSSLESS_TESTS = ("tests/test_lossless.py::test_every_method_matches_generate", "tests/test_precision.py")
 BENCH_ARGS = ("--suite", "ocr,chart,describe", "--samples", "2", "--max-new-tokens", "128")
 BENCH_METHODS = "generate,pld,token_recycling,recap"
+MIN_TRANSFORMERS = (5, 19)  # pyproject's pin; GPU machines here have had 5.17 preinstalled
 
 
 class Check:
@@ -96,6 +97,13 @@ def environment(check: Check, cuda: bool) -> None:
         f"- python {platform.python_version()}, torch {torch.__version__} (CUDA {torch.version.cuda}), "
         f"transformers {transformers.__version__}, recap {recap.__version__}"
     )
+    version = tuple(int(part) for part in transformers.__version__.split(".")[:2] if part.isdigit())
+    if version < MIN_TRANSFORMERS:
+        check.say(
+            f"- transformers {transformers.__version__} is older than recap supports "
+            f"({'.'.join(map(str, MIN_TRANSFORMERS))}): with 5.17 on a CPU these parts and the lossless tests passed; "
+            "a failure here may be the version's"
+        )
     if HAVE_NUMBA:
         import numba
 

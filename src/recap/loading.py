@@ -43,7 +43,7 @@ def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto") -> 
         torch_device = resolve_device(device)
         return model.to(torch_device, resolve_dtype(dtype, torch_device)), processor
 
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
     local = Path(name_or_path).expanduser()
     if name_or_path.startswith(("/", ".", "~")) or local.exists():
@@ -65,11 +65,10 @@ def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto") -> 
     model = cls.from_pretrained(name_or_path, dtype=resolve_dtype(dtype, torch_device), attn_implementation="sdpa")
     model = model.to(torch_device).eval()
     tree_support(model)
-    from .zoo.image_processor import register
+    from .zoo.image_processor import load_processor  # a saved tiny Qwen2.5-VL folder: its image-only processor
 
-    register()  # lets a saved tiny Qwen2.5-VL folder load its image-only processor
     try:
-        processor = AutoProcessor.from_pretrained(name_or_path)
+        processor = load_processor(name_or_path)
     except (OSError, ValueError, TypeError):
         processor = AutoTokenizer.from_pretrained(name_or_path)
     return model, processor

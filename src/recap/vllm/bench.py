@@ -143,12 +143,9 @@ def write_results(out: Path, stem: str, results: list[Any], text: str) -> None:
 def prompts_for(path: str | os.PathLike, requests: Sequence[Any]) -> list[dict[str, Any]]:
     """vLLM prompts of ``requests`` (``recap.bench.workloads.Request``): the model's chat template
     around the image and the text, as ``recap.loading.build_inputs`` renders it."""
-    from transformers import AutoProcessor
+    from ..zoo.image_processor import load_processor
 
-    from ..zoo.image_processor import register
-
-    register()
-    processor = AutoProcessor.from_pretrained(str(path))
+    processor = load_processor(str(path))
     out = []
     for request in requests:
         image = [{"type": "image"}] if request.image is not None else []

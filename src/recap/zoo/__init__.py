@@ -20,12 +20,11 @@ def path(name: str) -> Path:
 
 def load(name: str) -> tuple[Any, Any]:
     """(model, processor) of an embedded model, float32 on the CPU, sdpa attention."""
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoModelForImageTextToText
 
-    from .image_processor import register
+    from .image_processor import load_processor
 
-    register()
     folder = path(name)
     model = AutoModelForImageTextToText.from_pretrained(folder, dtype="float32", attn_implementation="sdpa").eval()
-    processor = AutoProcessor.from_pretrained(folder)
+    processor = load_processor(folder)
     return model, processor
