@@ -74,10 +74,16 @@ def main() -> None:
     old = f"recap@{args.rev}"
     OwnStepCost.step_costs = {old: step_cost_at(args.rev)(MAX_NODES), "recap": StepCost(MAX_NODES)}
     specs = [MethodSpec("generate", "generate"), MethodSpec(old, "recap"), MethodSpec("recap", "recap")]
-    bench_run.MethodRunner = OwnStepCost
     warmup = Request("warm-up", "warm-up", "Describe the image.", requests[0].image)
     results = bench_run.run_bench(
-        model, processor, requests, specs, memory="cold" if args.cold else "warm", warmup=warmup, repeats=args.repeats
+        model,
+        processor,
+        requests,
+        specs,
+        memory="cold" if args.cold else "warm",
+        warmup=warmup,
+        repeats=args.repeats,
+        runner_class=OwnStepCost,
     )
     shown = columns(results)
     print(f"{args.model}, suite seed {args.seed}, {len(requests)} requests, median of {args.repeats} runs each")

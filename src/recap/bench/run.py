@@ -53,6 +53,7 @@ def run_bench(
     sampling: dict[str, Any] | None = None,
     seed: int = 0,
     repeats: int = 1,
+    runner_class: type[MethodRunner] = MethodRunner,
 ) -> dict[str, Any]:
     """Run every method on every request and return the results (see report.aggregate).
 
@@ -73,7 +74,8 @@ def run_bench(
     the memory state it had before the request (the earlier runs work on copies, the last on the
     memory itself, which carries on), the method order rotated on each round; the run with the
     median time is recorded (its tokens, time and statistics; every run's tokens are checked):
-    steadier ratios where the machine's speed jumps from moment to moment.
+    steadier ratios where the machine's speed jumps from moment to moment. ``runner_class``: the class that runs
+    each method (a ``MethodRunner``; a diagnostic may pass a subclass).
     """
     if memory not in ("warm", "cold"):
         raise ValueError(f"memory must be 'warm' or 'cold', got {memory!r}")
@@ -84,7 +86,7 @@ def run_bench(
             "hf-prompt-lookup cannot run in the sampling mode: transformers' assisted sampling draws differently "
             "from plain sampling, so its tokens differ from generate's under the same seed by design; leave it out"
         )
-    runners = [MethodRunner(spec, model, memory) for spec in specs]
+    runners = [runner_class(spec, model, memory) for spec in specs]
     for runner in runners:
         preset = (preset_memories or {}).get(runner.spec.name)
         if preset is not None:

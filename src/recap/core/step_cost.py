@@ -123,12 +123,11 @@ class StepCost:
         fastest of at least 2 steps passes ``max_gain`` plain steps (all of them until that is
         seen; one stalled step only ever looks slower, so it is not enough)."""
         with self._lock:
-            plain = typical(self._times[0]) if self._times[0] else None
-            if plain is None:
-                return len(self.sizes) - 1
-            for i, times in enumerate(self._times):
-                if len(times) >= 2 and min(times) > self.max_gain * plain:
-                    return i
+            if self._times[0]:
+                plain = typical(self._times[0])
+                for i, times in enumerate(self._times):
+                    if self._dear_times(times, plain):
+                        return i
         return len(self.sizes) - 1
 
     def bucket(self, nodes: int) -> int:
@@ -198,10 +197,13 @@ class StepCost:
         over 2 times or more; ``once``: over exactly one (a stalled step looks so too, so a probe
         that did is measured again before it counts)."""
         with self._lock:
-            times = self._times[index]
-            if not self._times[0] or (len(times) != 1 if once else len(times) < 2):
-                return False
-            return min(times) > self.max_gain * typical(self._times[0])
+            return bool(self._times[0]) and self._dear_times(self._times[index], typical(self._times[0]), once)
+
+    def _dear_times(self, times, plain: float, once: bool = False) -> bool:
+        """``_dear`` of one size's ``times`` against a plain step's typical ``plain`` seconds (lock held)."""
+        if len(times) != 1 if once else len(times) < 2:
+            return False
+        return min(times) > self.max_gain * plain
 
     def costs(self) -> np.ndarray:
         """[len(sizes)] estimated seconds per step of each ladder size: the typical time of the
