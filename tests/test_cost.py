@@ -117,6 +117,22 @@ def test_the_measured_cpu_curve_gets_its_fastest_size() -> None:
     assert np.mean([rate[s] for s in settled]) > 0.93 * rate[best]
 
 
+def test_a_start_up_probe_whose_step_was_not_recorded_runs_again() -> None:
+    """The loop records no step whose forward was still timing kernels (``few_row_linear``), so a probe
+    can leave no time: it runs again, at most ``PROBE_REPEATS`` times, before the probes go on."""
+    cost = StepCost(64)
+    assert cost.plan() == 1
+    cost.record(1, 0.003)
+    assert cost.plan() == 4
+    for _ in range(step_cost.PROBE_REPEATS):  # not recorded: 4 again
+        assert cost.plan() == 4
+    assert cost.plan() == 16  # out of repeats: on, with size 4 read off its neighbours
+    cost.record(16, 0.004)  # recorded at once: on
+    assert cost.plan() == 64
+    cost.record(64, 0.006)
+    assert cost.measured().keys() == {1, 16, 64}
+
+
 def test_a_size_costs_what_the_cheapest_size_at_least_as_big_costs() -> None:
     cost = StepCost(64, explore_every=0, sweep_every=0)
     assert cost.costs().tolist() == [1.0] * len(cost.sizes)  # nothing measured: verification looks free

@@ -175,5 +175,37 @@ def test_the_context_is_per_thread() -> None:
         thread = threading.Thread(target=lambda: seen.append(few_row_linear._ON.get()))
         thread.start()
         thread.join()
-        assert few_row_linear._ON.get()
-    assert seen == [False] and not few_row_linear._ON.get()
+        assert few_row_linear._ON.get() is not None
+    assert seen == [None] and few_row_linear._ON.get() is None
+
+
+def test_a_block_counts_as_timing_while_a_real_share_of_its_calls_time_kernels() -> None:
+    """``fastest()`` yields its scope: a forward whose layers are still being timed (some ran the slower
+    kernel) is no measure of its size's price, and the decode loop does not record it; a layer that runs
+    once per forward (an LM head) takes 8 forwards to decide and does not count once the others are set."""
+    few_row_linear.install()
+    few_row_linear.forget()
+    torch.manual_seed(0)
+    blocks = [torch.nn.Linear(96, 96) for _ in range(CALLS_TO_DECIDE)]  # one shape, decided in one forward
+    head = torch.nn.Linear(96, 40)  # another shape, once per forward
+    x = torch.randn(1, 4, 96)
+
+    def forward() -> few_row_linear.Scope:
+        with torch.inference_mode(), few_row_linear.fastest() as scope:
+            h = x
+            for block in blocks:
+                h = block(h)
+            head(h)
+        return scope
+
+    first = forward()
+    assert first.calls == len(blocks) + 1 and first.timed == first.calls and first.timing
+    for _ in range(CALLS_TO_DECIDE - 1):  # the blocks' shape is decided; the head is still timed
+        scope = forward()
+        assert scope.timed == 1 and not scope.timing
+    assert len(few_row_linear.choices()) == 2  # both shapes decided
+    assert forward().timed == 0
+    with few_row_linear.fastest() as idle:  # no few-row call at all
+        pass
+    assert idle.calls == idle.timed == 0 and not idle.timing
+    few_row_linear.forget()

@@ -27,6 +27,8 @@ class Verification(NamedTuple):
     greedy: np.ndarray  # [N] int64, the raw argmax after each node
     topk: TopK  # [N, k], what the drafters learn from
     logits: torch.Tensor  # [N, V] raw logits (for processed or sampled token choices)
+    # the forward was still timing kernels (``few_row_linear.Scope.timing``): its time is not what its size costs
+    timing_kernels: bool = False
 
 
 class Target(Protocol):

@@ -23,7 +23,7 @@ tensors, take part; everything else, and every forward outside
 ``fastest()``, is ``Linear``'s own forward. The two kernels agree to float rounding, as any two
 kernels do (``F.linear`` over 4 rows and over 1 row differ as much); the tokens are checked against
 generate's by the lossless tests. The step-cost model (``recap.core.step_cost``) learns each tree
-size's real price on top of it.
+size's real price on top of it, from forwards that are no longer timing kernels (``Scope.timing``).
 """
 
 from __future__ import annotations
@@ -43,12 +43,31 @@ REVISIT = 4096  # calls of a decided shape after which its kernels are timed aga
 
 Key = tuple[torch.Size, bool, int, int]  # (weight shape [out, in], has bias, rows, torch threads)
 
-_ON = contextvars.ContextVar("recap_few_row_linear", default=0)  # inside fastest(): torch's thread count
+_ON: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("recap_few_row_linear", default=None)
 _ORIGINAL = torch.nn.Linear.forward
 _ROWS_FIRST: dict[Key, bool] = {}  # decided shapes: rows-first is the faster kernel
 _TIMES: dict[Key, tuple[list[float], list[float]]] = {}  # shapes being timed: seconds of (F.linear, rows-first)
 _USES: dict[Key, int] = {}  # calls of each decided shape since its decision (none yet: absent)
 _LOCK = threading.Lock()
+
+
+class Scope:
+    """One ``fastest()`` block (what it yields): torch's thread count there, the few-row linear calls
+    inside and how many of them timed a kernel (a new or revisited shape, run with either kernel)."""
+
+    __slots__ = ("threads", "calls", "timed")
+
+    def __init__(self, threads: int) -> None:
+        self.threads, self.calls, self.timed = threads, 0, 0
+
+    @property
+    def timing(self) -> bool:
+        """Whether more than 1 in 8 of the calls timed a kernel: then the block took longer than it will
+        once the kernels are chosen (some layers ran the slower one, all of them were timed), so its time
+        is no measure of what such a forward costs. (A model's first forward at a new row count times
+        every layer; later ones may time a layer that runs once per forward, e.g. the LM head, which
+        takes 8 forwards to decide and costs little.)"""
+        return self.timed * 8 > self.calls
 
 
 def _linear(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
@@ -63,9 +82,10 @@ def _rows_first(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor
     return out.t().contiguous()  # [rows, out]
 
 
-def _explore(key: Key, weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+def _explore(key: Key, weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor, scope: Scope) -> torch.Tensor:
     """A call of a shape not decided yet: run the kernel with fewer calls so far, timed; decide
     once both have ``TRIALS`` timed calls (the first call of each is set-up, not timed)."""
+    scope.timed += 1
     with _LOCK:
         times = _TIMES.setdefault(key, ([], []))
         rows_first = len(times[1]) < len(times[0])
@@ -98,8 +118,8 @@ def _forward(self: torch.nn.Linear, input: torch.Tensor) -> torch.Tensor:
     # the lean path first: this runs for every linear layer of every forward inside ``fastest()``, so
     # it reads the parameters from their dict (``self.weight`` goes through Module.__getattr__) and
     # the thread count from the context
-    threads = _ON.get()
-    if not threads or input.dtype is not torch.float32 or not input.is_cpu:
+    scope = _ON.get()
+    if scope is None or input.dtype is not torch.float32 or not input.is_cpu:
         return _ORIGINAL(self, input)
     shape = input.shape
     width = shape[-1] if len(shape) >= 2 else 0
@@ -109,12 +129,13 @@ def _forward(self: torch.nn.Linear, input: torch.Tensor) -> torch.Tensor:
     if not 2 <= rows <= MAX_ROWS or weight is None or weight.dtype is not torch.float32 or "bias" not in parameters:
         return _ORIGINAL(self, input)
     bias = parameters["bias"]  # [out] or None
-    key = (weight.shape, bias is not None, rows, threads)
+    scope.calls += 1
+    key = (weight.shape, bias is not None, rows, scope.threads)
     rows_first = _decided(key)
     if rows_first is False:
         return F.linear(input, weight, bias)  # the same product as on the [rows, in] view
     x = input.reshape(rows, width)  # [rows, in]
-    out = _rows_first(weight, bias, x) if rows_first else _explore(key, weight, bias, x)
+    out = _rows_first(weight, bias, x) if rows_first else _explore(key, weight, bias, x, scope)
     return out.view(*shape[:-1], weight.shape[0])
 
 
@@ -126,11 +147,13 @@ def install() -> None:
 
 
 @contextlib.contextmanager
-def fastest() -> Iterator[None]:
-    """Linear layers inside run a few rows with the kernel found faster for their shape."""
-    token = _ON.set(torch.get_num_threads())
+def fastest() -> Iterator[Scope]:
+    """Linear layers inside run a few rows with the kernel found faster for their shape; yields the
+    block's ``Scope`` (whether it is still timing kernels)."""
+    scope = Scope(torch.get_num_threads())
+    token = _ON.set(scope)
     try:
-        yield
+        yield scope
     finally:
         _ON.reset(token)
 

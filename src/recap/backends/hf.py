@@ -212,15 +212,17 @@ class HFTarget:
             mask = self._tree_mask(tree, depths)
             forward = dict(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=True)
             forward[self.cache_kwarg] = self.cache
+            timing_kernels = False
             if n > 1 and self._on_cpu:
-                with grouped_sdpa.grouped(), few_row_linear.fastest():
+                with grouped_sdpa.grouped(), few_row_linear.fastest() as scope:
                     out = self.model(**forward)
+                timing_kernels = scope.timing
             else:  # a plain step, or any forward on another device, runs the model's own kernels
                 out = self.model(**forward)
             logits = out.logits[0]  # [N, V]
             greedy, topk = _candidates(logits, self.k)
         self._pending = n
-        return Verification(greedy, topk, logits)
+        return Verification(greedy, topk, logits, timing_kernels)
 
     def _tree_mask(self, tree: DraftTree, depths: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor] | None:
         """Additive [1, 1, N, L + N] mask: a node sees the committed prefix and its ancestors

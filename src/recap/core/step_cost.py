@@ -29,7 +29,8 @@ and ``costs`` are in seconds at the speed of the first steps timed.
 
 Exploration has a bounded price: the forced sizes take at most ``explore_share`` of the time
 beyond what the size last picked would have taken (by their median step times). The first calls
-probe the ladder upwards from the plain step, each size 4 times the last, and stop at the first
+probe the ladder upwards from the plain step, each size 4 times the last (a probe whose forward was still
+timing kernels, see ``backends.few_row_linear``, is not recorded and runs again), and stop at the first
 size that costs more than ``max_gain`` plain steps: no tree is expected to commit that many
 tokens, so nothing larger can pay (on a GPU, where a big tree costs about what a plain step does,
 the probes climb the whole ladder). After that every ``explore_every``-th call runs a neighbour of
@@ -53,6 +54,9 @@ from .threads import ThreadChoice
 # often does not stand for a bigger one), then coarser
 LADDER = (*range(1, 17), 24, 32, 48, 64, 96, 128, 192, 256)
 DENSE_REFRESH = 16  # new step times after which the dense costs are computed again
+# times a start-up probe may run again while its size has no step time: the loop records no step whose forward
+# was still timing kernels (``backends.few_row_linear``: the first one or two forwards of each new size)
+PROBE_REPEATS = 4
 
 
 def typical(times) -> float:
@@ -106,6 +110,7 @@ class StepCost:
         self._lock = threading.Lock()
         self._probing: int | None = 0  # the next start-up probe's ladder index (None once they are done)
         self._last_probe: int | None = None
+        self._probe_repeats = 0  # times the last probe ran again because its step left no time
         self.threads = ThreadChoice()  # the torch thread count of CPU steps, where the loop lets it choose
 
     def _next_probe(self, index: int) -> int:
@@ -192,6 +197,11 @@ class StepCost:
         with self._lock:
             return {size: typical(t) for size, t in zip(self.sizes, self._times) if t}
 
+    def _measured(self, index: int) -> bool:
+        """Whether ladder size ``index`` has a step time."""
+        with self._lock:
+            return bool(self._times[index])
+
     def _dear(self, index: int, once: bool = False) -> bool:
         """Whether ladder size ``index`` was dearer than ``max_gain`` plain steps even at its fastest,
         over 2 times or more; ``once``: over exactly one (a stalled step looks so too, so a probe
@@ -241,10 +251,14 @@ class StepCost:
             previous = self._last_probe
             if previous and self._dear(previous, once=True):
                 return self.sizes[previous]  # the last probe looked too dear once: measure it again
+            if previous is not None and self._probe_repeats < PROBE_REPEATS and not self._measured(previous):
+                with self._lock:  # the last probe's step was not recorded (still timing kernels): run it again
+                    self._probe_repeats += 1
+                return self.sizes[previous]
             more = probing <= self.worth_trying()
             with self._lock:
                 self._probing = self._next_probe(probing) if more else None
-                self._last_probe = probing
+                self._last_probe, self._probe_repeats = probing, 0
             if more:
                 return self.sizes[probing]
         forced = None
