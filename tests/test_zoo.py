@@ -7,6 +7,8 @@ import functools
 
 import pytest
 import torch
+import transformers
+from packaging.version import Version
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 import recap
@@ -16,6 +18,9 @@ from recap.loading import build_inputs, decode, load_model
 from recap.zoo.image_processor import QwenVLImageProcessor, load_processor, register
 
 NAMES = ("tiny-qwen2.5-vl", "tiny-llava-next")
+# transformers before 5.19 (recap requires 5.19; a GPU machine's preinstalled 5.17) ignores ``AutoProcessor.register``
+# for its own config classes: ``AutoProcessor`` then gives the Qwen folder's bare tokenizer (``load_processor`` not)
+AUTO_PROCESSOR_REGISTERS = Version(transformers.__version__) >= Version("5.19")
 
 
 @functools.cache
@@ -33,6 +38,8 @@ def test_both_models_are_embedded_and_small() -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_loads_offline_with_from_pretrained_and_by_name(name: str) -> None:
+    if name == "tiny-qwen2.5-vl" and not AUTO_PROCESSOR_REGISTERS:
+        pytest.skip(f"transformers {transformers.__version__} ignores AutoProcessor.register for Qwen2_5_VLConfig")
     register()
     model = AutoModelForImageTextToText.from_pretrained(zoo.path(name), dtype=torch.float32)
     processor = AutoProcessor.from_pretrained(zoo.path(name))

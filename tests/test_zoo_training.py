@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from tiny_models import build
-from transformers import AutoModelForImageTextToText, AutoProcessor
+from transformers import AutoModelForImageTextToText
 
 import recap
 from recap import suite
@@ -20,7 +20,7 @@ from recap.loading import build_inputs
 from recap.suite import seed as seed_suite
 from recap.suite.check import extract_letter
 from recap.zoo import ROOT
-from recap.zoo.image_processor import register
+from recap.zoo.image_processor import load_processor
 from tools.zoo_training import train
 
 
@@ -59,9 +59,8 @@ def test_training_smoke_run_resumes_and_saves_a_loadable_model(tmp_path: Path) -
             ["--arch", "qwen2.5-vl", "--out", str(tmp_path / "none"), "--batch-size", "0", "--short-batch-size", "0"]
         )
 
-    register()
     model = AutoModelForImageTextToText.from_pretrained(out / "final", dtype=torch.float32).eval()
-    processor = AutoProcessor.from_pretrained(out / "final")
+    processor = load_processor(out / "final")
     sample = suite.load("ocr", 1, 0)[0]
     inputs = build_inputs(processor, sample.prompt, sample.image)
     expected = model.generate(**inputs, do_sample=False, max_new_tokens=8)[0, inputs["input_ids"].shape[1] :]
@@ -148,7 +147,7 @@ def test_rescale_image_features_sets_the_mean_norm(name: str) -> None:
 def test_fresh_vision_phase_keeps_the_text_model_and_widens_the_vision_tower(tmp_path: Path) -> None:
     shipped = Path(recap.zoo.__file__).parent / "models" / "tiny-llava-next"
     source = AutoModelForImageTextToText.from_pretrained(shipped, dtype=torch.float32)
-    fresh = train.make_model("llava-next", AutoProcessor.from_pretrained(shipped).tokenizer, vision_hidden=64)
+    fresh = train.make_model("llava-next", load_processor(shipped).tokenizer, vision_hidden=64)
     copied = train.transplant_text_model(source, fresh)
     fresh_state, source_state = fresh.state_dict(), source.state_dict()
     text = [k for k in fresh_state if not k.startswith(train.VISION_PREFIXES)]
@@ -200,8 +199,7 @@ def test_text_only_lookups_are_seed_options_without_the_image(arch: str) -> None
         assert sample.reference in seed_suite.LETTERS and lines[-1] == train.SHORT_INSTRUCTION
         _, option = seed_suite.open_form("\n".join(lines[:5]), sample.reference)
         assert option in lines[0]  # the question names the answer's option
-    register()
-    processor = AutoProcessor.from_pretrained(ROOT / f"tiny-{arch}")  # the shipped model's
+    processor = load_processor(ROOT / f"tiny-{arch}")  # the shipped model's
     batch = train.collate(first, processor, arch, with_images=False)
     assert set(batch) == {"input_ids", "attention_mask", "labels"}
     image_token = processor.tokenizer.convert_tokens_to_ids(processor.image_token)

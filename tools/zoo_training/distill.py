@@ -174,23 +174,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--log-every", type=int, default=20)
     args = parser.parse_args(argv)
 
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoModelForImageTextToText
 
     from recap.zoo import ROOT
-    from recap.zoo.image_processor import register
+    from recap.zoo.image_processor import load_processor
 
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    register()
 
     def folder(name: str) -> Path:
         return Path(name) if Path(name).is_dir() else ROOT / name
 
     teacher_dir, processor_dir = folder(args.teacher), folder(args.processor)
     teacher = AutoModelForImageTextToText.from_pretrained(teacher_dir, dtype=torch.float32).eval()
-    teacher_processor = AutoProcessor.from_pretrained(teacher_dir)
-    processor = AutoProcessor.from_pretrained(processor_dir)
+    teacher_processor = load_processor(teacher_dir)
+    processor = load_processor(processor_dir)
     if teacher.config.model_type != "qwen2_5_vl":
         raise ValueError(f"--teacher must be a Qwen2.5-VL model, not {teacher.config.model_type}")
 

@@ -451,12 +451,9 @@ def start_processor(args: argparse.Namespace) -> Any:
     processor_dir = args.out / "processor"
     saved_processor = args.init_from if args.init_from else processor_dir
     if (saved_processor / "tokenizer.json").is_file():
-        from transformers import AutoProcessor
+        from recap.zoo.image_processor import load_processor
 
-        from recap.zoo.image_processor import register
-
-        register()
-        return AutoProcessor.from_pretrained(saved_processor)
+        return load_processor(saved_processor)
     tokenizer = train_tokenizer(suite.corpus(args.tokenizer_samples, TOKENIZER_SEED), args.arch, args.vocab_size)
     processor = make_processor(args.arch, tokenizer)
     processor.save_pretrained(processor_dir)
