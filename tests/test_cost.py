@@ -186,6 +186,25 @@ def test_a_stalled_probe_of_the_largest_tree_is_measured_again() -> None:
     assert tried[5:] == [64] * 7
 
 
+def test_a_probe_that_stalls_twice_is_no_price() -> None:
+    """Both times of the 4-node start-up probe stall (20 times its cost, as in a burst of other work): more than
+    ``STALL_FACTOR`` x 4 plain steps, which no 4-row forward costs, so neither is kept as its price. Kept, they made
+    the size look dearer than ``max_gain`` plain steps, and the rule held to 1-3 nodes where 24 is best."""
+    cost = StepCost(64, explore_every=0, sweep_every=0)
+    tried = []
+    for _ in range(60):
+        size = cost.choose(expected_tokens(64))
+        tried.append(size)
+        stalled = size == 4 and tried.count(4) <= 2
+        cost.record(size, cpu_curve(size) * (20 if stalled else 1) / 1000)
+    assert tried[:4] == [1, 4, 4, 4]  # a probe that left no time runs again: stalled, stalled, then timed
+    assert cost.measured()[4] == pytest.approx(cpu_curve(4) / 1000)
+    assert cost.worth_trying() == len(cost.sizes) - 1
+    expected = expected_tokens(64)
+    rate = {s: expected[s - 1] / cpu_curve(s) for s in range(1, 65)}
+    assert rate[tried[-1]] >= 0.97 * rate[best_size(cpu_curve, 64)]
+
+
 def test_start_up_probes_stop_where_no_tree_can_pay() -> None:
     """On a curve where every tree costs far more than the tokens it could commit (a big model on
     two cores), the probes climb from the plain step and stop at the first size dearer than

@@ -12,7 +12,8 @@ top-k rows are learned whether it is accepted or not, and later steps draft from
 
 Sizes come from a ladder (1 = a plain step, 2, 3, ..., 16, 24, 32, 48, ...). The cost of a size is
 the median of its last ``window`` step times, of two the lower (a stray slow step on a shared
-machine does not move it; a start-up probe that looked too dear is timed twice), read as the cost
+machine does not move it; a start-up probe that looked too dear is timed twice, one that took more
+than ``STALL_FACTOR`` x s plain steps for its s nodes stalled and is not kept), read as the cost
 of the cheapest size at least as big (a tree of s nodes can always be filled with more drafts up to
 a bigger size that verifies faster: on two cores a 2-row forward can cost more than an 8-row one),
 interpolated between measured sizes, and extrapolated along the slope of the last two beyond the
@@ -57,6 +58,12 @@ DENSE_REFRESH = 16  # new step times after which the dense costs are computed ag
 # times a start-up probe may run again while its size has no step time: the loop records no step whose forward
 # was still timing kernels (``backends.few_row_linear``: the first one or two forwards of each new size)
 PROBE_REPEATS = 4
+# a start-up probe of s nodes that took more than this many times s plain steps stalled: no forward of s rows costs
+# that (on two cores the dearest seen, 2 rows at 0.36B, cost 1.9 plain steps; 64 rows 4.3), so its time is no price
+# and the probe runs again. Kept, two stalled probes in a row made a size look dearer than ``max_gain`` plain steps,
+# which no sweep could afford to time again for thousands of steps. Only the probes: there the plain step was just
+# timed and no speed index scales the times (later, a wrong index or plain time would reject real prices)
+STALL_FACTOR = 1.5
 
 
 def typical(times) -> float:
@@ -179,6 +186,10 @@ class StepCost:
                 self._log_ratios.append(log_speed)
                 self._log_speed = statistics.median(self._log_ratios)
             seconds /= math.exp(self._log_speed)
+            if self._probing is not None and index and self._times[0]:
+                if seconds > STALL_FACTOR * self.sizes[index] * typical(self._times[0]):
+                    self._total += seconds  # a stalled probe, not a price: no forward of s rows costs that many
+                    return  # plain steps (the probe runs again)
             # a size timed for the first time refreshes ``dense`` at once: it was read off its neighbours
             # (or the slope beyond the largest size timed), and may be far dearer than that
             self._fresh = self._fresh + 1 if times else DENSE_REFRESH
