@@ -56,7 +56,8 @@ from .threads import ThreadChoice
 LADDER = (*range(1, 17), 24, 32, 48, 64, 96, 128, 192, 256)
 DENSE_REFRESH = 16  # new step times after which the dense costs are computed again
 # times a start-up probe may run again while its size has no step time: the loop records no step whose forward
-# was still timing kernels (``backends.few_row_linear``: the first one or two forwards of each new size)
+# was still timing kernels (``backends.few_row_linear``: the first one or two forwards of each new size), and a
+# stalled probe's time is not kept (``STALL_FACTOR``)
 PROBE_REPEATS = 4
 # a start-up probe of s nodes that took more than this many times s plain steps stalled: no forward of s rows costs
 # that (on two cores the dearest seen, 2 rows at 0.36B, cost 1.9 plain steps; 64 rows 4.3), so its time is no price
