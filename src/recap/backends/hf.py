@@ -99,28 +99,19 @@ def cache_kwarg(model: torch.nn.Module) -> str:
     return "cache" if "cache" in forward_parameters(model) else "past_key_values"
 
 
-# logits [N, V] of at most this many values get their top-k probabilities from one compiled pass;
-# above it torch's vectorized logsumexp is faster (its exp is vectorized, numba's is not)
-COMPILED_PROBABILITIES_MAX = 1 << 15
-
-
 def _candidates(logits: torch.Tensor, k: int) -> tuple[np.ndarray, TopK]:
     """The greedy token [N] (``argmax``, as generate takes it) and the top-k (ids, full-vocabulary
     probs) [N, k] of ``logits`` [N, V], on the host. On the CPU compiled passes per row find them
-    (torch's argmax, topk, logsumexp and exp cost 2-3x as much on a few rows in the decode loop);
-    elsewhere torch's own ops."""
+    (torch's argmax, topk, logsumexp and exp cost 2-3x as much on a few rows in the decode loop, and
+    more than the compiled pass's vectorized exp on many rows of a large vocabulary too); elsewhere
+    torch's own ops."""
     if logits.dtype != torch.float32:
         logits = logits.float()
     if logits.is_cpu:
         rows = logits.numpy()
         if not rows.flags.c_contiguous:
             rows = np.ascontiguousarray(rows)
-        if rows.size <= COMPILED_PROBABILITIES_MAX:
-            greedy, ids, probs = verify_kernels.top_candidates_and_probabilities(rows, k)
-            return greedy, TopK(ids, probs)
-        greedy, ids, values = verify_kernels.top_candidates(rows, k)
-        with np.errstate(invalid="ignore"):  # a row of -inf gives NaN, as torch.softmax does
-            probs = np.exp(values - torch.logsumexp(logits, dim=-1).numpy()[:, None])
+        greedy, ids, probs = verify_kernels.top_candidates_and_probabilities(rows, k)
         return greedy, TopK(ids, probs)
     probs, ids = torch.softmax(logits, dim=-1).topk(k, dim=-1)
     ids_and_greedy = torch.cat([logits.argmax(dim=-1)[:, None], ids], dim=1).cpu().numpy()

@@ -94,22 +94,58 @@ def top_candidates(logits: np.ndarray, k: int):
     return greedy, ids, values
 
 
+# 2**f on f in [-1/2, 1/2]: its Taylor polynomial of degree 7, highest power first (truncation error < 1e-8)
+_EXP2_COEFFICIENTS = tuple(np.float32(np.log(2.0) ** n / np.prod(np.arange(1.0, n + 1))) for n in range(7, -1, -1))
+_LOG2_E = np.float32(1.0 / np.log(2.0))
+
+
 @njit_fast_sum
+def _exp_sum(row: np.ndarray, top: np.float32, mantissas: np.ndarray, powers: np.ndarray) -> float:
+    """sum(exp(row - top)) in float64 for ``row`` [V] float32 whose largest value is ``top``
+    (finite); NaN if ``row`` holds a NaN. ``mantissas`` [V] float32 and ``powers`` [V] int32 are
+    scratch. exp(d) = 2**k * 2**f (k = round(d log2 e), |f| <= 1/2) with a polynomial for 2**f and
+    2**k written as float32 exponent bits: every operation has a SIMD form, so the loop is
+    vectorized (a call to exp per value is not, and cost 3 ns a value). Relative error about 1e-7 a
+    term, that of float32's exp; a difference below 2**-125 counts as 2**-125 (about 2e-38)."""
+    c7, c6, c5, c4, c3, c2, c1, c0 = _EXP2_COEFFICIENTS
+    nans = 0
+    for j in range(row.shape[0]):
+        x = row[j]
+        nans += x != x
+        y = (x - top) * _LOG2_E
+        if not y >= -125.0:  # also a NaN or -inf: the exponent bits below stay in range
+            y = np.float32(-125.0)
+        k = np.floor(y + np.float32(0.5))
+        f = y - k
+        mantissas[j] = ((((((c7 * f + c6) * f + c5) * f + c4) * f + c3) * f + c2) * f + c1) * f + c0
+        powers[j] = (np.int32(k) + np.int32(127)) << np.int32(23)
+    if nans:
+        return np.nan
+    scales = powers.view(np.float32)
+    total = 0.0  # float64: the sum of up to V float32 terms
+    for j in range(row.shape[0]):
+        total += np.float64(mantissas[j] * scales[j])
+    return total
+
+
+@njit
 def top_probabilities(logits: np.ndarray, values: np.ndarray) -> np.ndarray:
     """[N, k] float32: softmax(``logits`` [N, V] float32) at the top-k ``values`` [N, k] that
     ``top_candidates`` found (``values[:, 0]`` is each row's maximum). A row with a NaN or with no
-    finite maximum gives NaN, as ``torch.softmax`` does. One compiled pass per row: on a few rows
-    of a small vocabulary it costs a third of torch's ``logsumexp`` + ``exp`` in the decode loop."""
+    finite maximum gives NaN, as ``torch.softmax`` does. One compiled pass per row with a
+    vectorized exp (``_exp_sum``): on a few rows of a small vocabulary it costs a tenth of torch's
+    ``logsumexp`` + ``exp`` in the decode loop, and on many rows of a large one less than they do."""
     n, v = logits.shape
     k = values.shape[1]
     probs = np.empty((n, k), np.float32)
+    mantissas = np.empty(v, np.float32)
+    powers = np.empty(v, np.int32)
     for r in range(n):
         top = values[r, 0]
-        total = 0.0  # float64: the sum of up to V float32 terms
-        row = logits[r]
-        for j in range(v):
-            total += np.float64(np.exp(row[j] - top))
-        log_total = np.float64(top) + np.log(total)
+        if not np.isfinite(top):
+            probs[r, :] = np.nan
+            continue
+        log_total = np.float64(top) + np.log(_exp_sum(logits[r], top, mantissas, powers))
         for i in range(k):
             probs[r, i] = np.exp(np.float64(values[r, i]) - log_total)
     return probs
