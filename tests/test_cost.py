@@ -269,6 +269,36 @@ def test_sizes_timed_at_different_speeds_compare_as_if_timed_together() -> None:
     assert step_cost.best_size(weak, tracked.dense()) == 1 and step_cost.best_size(weak, as_measured.dense()) == 8
 
 
+def test_restored_step_times_skip_the_start_up_probes_and_follow_the_machine() -> None:
+    """A process started from an earlier one's times (``snapshot`` -> ``restore``) forces no probe:
+    its first choice is the best size on those costs. On a machine now 1.5x slower its choices and
+    relative costs stay those of the curve (the speed index scales them). Nothing is restored into a
+    model that has taken a step, and bad times are refused."""
+    rng = np.random.default_rng(11)
+    earlier = StepCost(64)
+    assert earlier.snapshot() is None  # the probes are not done
+    run(earlier, cpu_curve, 400, rng, noise=0.03)
+    times = earlier.snapshot()
+    assert times is not None and 1 in times and all(len(t) <= earlier.window for t in times.values())
+    later = StepCost(64)
+    assert later.restore(times)
+    assert later.plan() is None  # no probe forced
+    assert np.allclose(later.costs(), earlier.costs())
+    best = best_size(cpu_curve, 64)
+    chosen = run(later, lambda s: 1.5 * cpu_curve(s), 300, rng, noise=0.03)
+    assert chosen[0] in {s for s in range(1, 65) if abs(s - best) <= 2}
+    assert max(set(chosen), key=chosen.count) == best and later.speed == pytest.approx(1.5, rel=0.1)
+    costs = dict(zip(later.sizes, later.costs()))
+    assert costs[16] / costs[1] == pytest.approx(cpu_curve(16) / cpu_curve(1), rel=0.1)
+    used = StepCost(64)
+    used.record(1, 0.003)
+    assert not used.restore(times) and used.snapshot() is None  # a model in use keeps its own probes
+    for bad, match in (({1: [0.003], 17: [0.004]}, "not a size"), ({1: [0.003, -1.0]}, "positive"),
+                       ({1: []}, "positive"), ({4: [0.003]}, "plain step")):  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            StepCost(64).restore(bad)
+
+
 def test_a_drifting_machine_still_gets_its_fastest_size() -> None:
     """The measured CPU curve on a machine whose speed wanders by up to 1.5x over minutes: the
     size chosen most often is still near the best, and the tokens per second close to it."""

@@ -179,3 +179,47 @@ def test_concurrent_saves_leave_a_valid_file(cache: Path) -> None:
     assert errors == []
     assert memory_info(path)["rows_filled"] in {m.rows_filled for m in memories}
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left behind
+
+
+def test_second_generate_starts_from_this_machines_step_costs(
+    models: dict[str, Path], cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beside the memory file, the step-cost model's times: a second run starts from them (no start-up
+    probes) with the same tokens; a damaged file is moved aside with one warning, another machine's is
+    not used (and is replaced by this machine's)."""
+    from recap.core.step_cost import StepCost
+    from recap.memory_cache import STEP_COSTS_FORMAT, step_costs_path
+
+    restored: list[bool] = []
+    original = StepCost.restore
+
+    def spy(self: StepCost, times: dict) -> bool:
+        restored.append(original(self, times))
+        return restored[-1]
+
+    monkeypatch.setattr(StepCost, "restore", spy)
+    first, _ = generate(models["llava_next"], "--max-new-tokens", "40")
+    path = step_costs_path(Path(first["memory_file"]))
+    saved = json.loads(path.read_text())
+    assert saved["format"] == STEP_COSTS_FORMAT and "1" in saved["times"] and saved["machine"]["threads"] >= 1
+    assert restored == [] and first["stats"]["tree_sizes"][:2] == [1, 4]  # the first run probed: 1, 4, ...
+    second, stderr = generate(models["llava_next"], "--max-new-tokens", "40")
+    assert restored == [True] and "warning" not in stderr
+    assert second["token_ids"] == first["token_ids"]
+    # another machine's times: not used, and this machine's saved over them
+    saved["machine"]["processor"] = "another CPU"
+    path.write_text(json.dumps(saved))
+    third, stderr = generate(models["llava_next"], "--max-new-tokens", "40")
+    assert restored == [True] and "warning" not in stderr and third["token_ids"] == first["token_ids"]
+    saved = json.loads(path.read_text())
+    assert saved["machine"]["processor"] != "another CPU"
+    # a damaged file: moved aside, one warning, the same tokens
+    for damage in (b"{not json", json.dumps({**saved, "times": {"1": [-1.0]}}).encode()):
+        path.write_bytes(damage)
+        out, stderr = generate(models["llava_next"], "--max-new-tokens", "40")
+        warnings = [line for line in stderr.splitlines() if line.startswith("warning:")]
+        assert len(warnings) == 1 and str(path) in warnings[0] and f"moved it to {path.name}.bad" in warnings[0]
+        assert path.with_name(path.name + ".bad").read_bytes() == damage and out["token_ids"] == first["token_ids"]
+        assert json.loads(path.read_text())["format"] == STEP_COSTS_FORMAT  # this run's, saved
+    out, _ = generate(models["llava_next"], "--max-new-tokens", "40", "--no-memory-file")
+    assert out["memory_file"] is None

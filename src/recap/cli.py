@@ -94,6 +94,23 @@ def open_cached_memory(name: str, model, processor, method: str, k: int):
     return cached_memory(model, processor, method, k, name=name, warn=warn)
 
 
+def cached_step_costs(model, memory_path: Path, config):
+    """(step-cost model, file, machine) of ``recap generate``'s cached memory: the model's step-cost model,
+    started from the times saved beside the memory file on this machine (``recap.memory_cache``), if any."""
+    from .entry import step_cost
+    from .memory_cache import load_step_costs, machine_fingerprint, step_costs_path
+
+    if not config.adaptive_budget:
+        return None
+    cost, path, machine = (
+        step_cost(model, config.node_budget + 1),
+        step_costs_path(memory_path),
+        machine_fingerprint(model),
+    )
+    load_step_costs(cost, path, machine, warn=warn)
+    return cost, path, machine
+
+
 @app.command()
 def generate(
     model: ModelOption,
@@ -137,6 +154,8 @@ def generate(
         memory, save_to, cached = open_memory_file(memory_file, loaded, processor, method, k), memory_file, False
         if memory_file is None and not no_memory_file and method in PERSISTENT_METHODS:
             (memory, save_to), cached = open_cached_memory(model, loaded, processor, method, k), True
+        # beside the cached memory, this machine's step times of the model: a second run skips the start-up probes
+        costs = cached_step_costs(loaded, save_to, config) if cached and method == "recap" else None
         inputs = build_inputs(processor, prompt, image, device=model_device(loaded))
         tokenizer = getattr(processor, "tokenizer", processor)
         streamer = (
@@ -165,6 +184,13 @@ def generate(
             save_memory(memory, save_to)
         except (ValueError, OSError) as exc:
             warn(f"could not save the memory to {save_to} ({exc}); the next run starts cold")
+    if costs is not None:
+        from .memory_cache import save_step_costs
+
+        try:
+            save_step_costs(*costs)
+        except (ValueError, OSError) as exc:
+            warn(f"could not save the step costs to {costs[1]} ({exc}); the next run times the tree sizes afresh")
     text = decode(processor, result.token_ids)
     if as_json:
         shown = str(save_to) if save_to is not None else None

@@ -15,25 +15,37 @@ cache file that is damaged or does not fit (another vocabulary, tokenizer, metho
 aside to ``<name>.bad`` with one warning, and a fresh memory is returned: the cache never makes a
 run fail. Saving is atomic (``TokenMemory.save``); two processes saving at once leave one of the two
 memories, complete (the last writer wins).
+
+Beside it, ``<name>.step-costs.json`` keeps the step-cost model's times (``step_costs_path``,
+``load_step_costs``, ``save_step_costs``): they belong to this machine (``machine_fingerprint``), and a
+process that starts from them skips the start-up probes of the tree sizes, several plain steps at a real
+model's size. Another machine's (or torch build's, device's, dtype's, thread count's) times are not used.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import hashlib
+import json
 import os
+import platform
 import re
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import torch
+
 from . import zoo
 from .config import RecapConfig
 from .core.memory import TokenMemory, load_memory
-from .core.persist import cache_dir, tokenizer_fingerprint
+from .core.persist import cache_dir, tokenizer_fingerprint, write_atomic
+from .core.step_cost import StepCost
 from .core.vocab import output_vocab_size
 from .drafters import PERSISTENT_METHODS, memory_k
 from .errors import InputError, MemoryFileError
+from .version import __version__
 
 SUFFIX = ".safetensors"
 
@@ -158,6 +170,14 @@ def open_or_fresh(path: Path, fresh: TokenMemory, expected: Any = None, warn: Ca
         problem = str(exc)
     if problem is None:
         return memory
+    _move_aside(path, state, problem, "started with a fresh memory", warn)
+    return fresh
+
+
+def _move_aside(
+    path: Path, state: tuple[int, int, int], problem: str, then: str, warn: Callable[[str], None] | None
+) -> None:
+    """Rename a bad cache file to ``<file>.bad`` (unless another process has just replaced it) and say so."""
     bad = path.with_name(path.name + ".bad")
     if _file_state(path) == state:
         try:
@@ -167,5 +187,87 @@ def open_or_fresh(path: Path, fresh: TokenMemory, expected: Any = None, warn: Ca
             where = f"could not move it aside ({exc.strerror or exc})"
     else:  # another process has just written a new file there: leave it
         where = "left it (it changed meanwhile)"
-    (warn or _warn)(f"{problem}; {where} and started with a fresh memory")
-    return fresh
+    (warn or _warn)(f"{problem}; {where} and {then}")
+
+
+# -- the step-cost model's times ------------------------------------------------------------
+STEP_COSTS_FORMAT = "recap-step-costs"
+STEP_COSTS_VERSION = 1
+
+
+def step_costs_path(memory_path: Path) -> Path:
+    """The step-cost file kept beside a cached memory file: ``<name>.step-costs.json``."""
+    return memory_path.with_name(memory_path.name.removesuffix(SUFFIX) + ".step-costs.json")
+
+
+def _processor_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_fingerprint(model: torch.nn.Module) -> dict[str, Any]:
+    """What a model's step times depend on besides the model: the processor, its cores, the torch
+    build, the device, the dtype and the caller's torch thread count."""
+    parameter = next(model.parameters())
+    device = parameter.device
+    return {
+        "processor": _processor_name(),
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else device.type,
+        "dtype": str(parameter.dtype).removeprefix("torch."),
+        "threads": torch.get_num_threads(),
+    }
+
+
+def save_step_costs(cost: StepCost, path: Path, machine: dict[str, Any]) -> bool:
+    """Write ``cost``'s step times to ``path`` atomically, with the ``machine`` they were measured on
+    (``machine_fingerprint``). False, nothing written, while its start-up probes are not done."""
+    times = cost.snapshot()
+    if times is None:
+        return False
+    data = {
+        "format": STEP_COSTS_FORMAT,
+        "format_version": STEP_COSTS_VERSION,
+        "machine": machine,
+        "max_nodes": cost.sizes[-1],
+        "times": {str(size): values for size, values in times.items()},  # seconds at the reference speed
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "recap_version": __version__,
+    }
+    write_atomic(path, json.dumps(data, indent=1).encode("utf-8"))
+    return True
+
+
+def load_step_costs(
+    cost: StepCost, path: Path, machine: dict[str, Any], warn: Callable[[str], None] | None = None
+) -> bool:
+    """Start ``cost`` (before its first step) from the times saved at ``path`` if they were measured
+    on this ``machine`` for the same tree sizes; True if it did. No file, or another machine's times:
+    False, nothing said. A damaged file is renamed to ``<file>.bad`` with one line to ``warn`` (default:
+    ``warnings.warn``): never a failure."""
+    state = _file_state(path)
+    if state is None:
+        return False
+    try:
+        data = json.loads(path.read_bytes())
+        if not isinstance(data, dict) or data.get("format") != STEP_COSTS_FORMAT:
+            raise ValueError(f"it is not a {STEP_COSTS_FORMAT} file")
+        if data.get("format_version") != STEP_COSTS_VERSION:
+            raise ValueError(f"format version {data.get('format_version')!r}, this recap reads {STEP_COSTS_VERSION}")
+        times = data.get("times")
+        if not isinstance(times, dict) or not all(isinstance(v, list) for v in times.values()):
+            raise ValueError("'times' must map sizes to lists of seconds")
+        if data.get("machine") != machine or data.get("max_nodes") != cost.sizes[-1]:
+            return False  # another machine's times (or another ladder): this process probes, and saves its own
+        return cost.restore({int(size): values for size, values in times.items()})
+    except (OSError, ValueError, TypeError) as exc:  # a JSON error is a ValueError
+        problem = f"step-cost file {path} is not valid ({exc})"
+    _move_aside(path, state, problem, "timed the tree sizes afresh", warn)
+    return False

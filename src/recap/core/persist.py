@@ -157,8 +157,15 @@ def write_file(path: PathLike, tensors: dict[str, np.ndarray], header: dict[str,
         _check_content(header, tensors)
     except _Invalid as e:
         raise ValueError(f"refusing to save the memory to {path}: {e}") from None
-    data = safetensors.numpy.save(tensors, metadata={METADATA_KEY: json.dumps(header, sort_keys=True)})
+    write_atomic(path, safetensors.numpy.save(tensors, metadata={METADATA_KEY: json.dumps(header, sort_keys=True)}))
 
+
+def write_atomic(path: PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: to a temporary file in the same folder, flushed and
+    fsynced, renamed onto ``path``, the folder fsynced. A crash at any point leaves the previous file
+    intact (at worst a hidden ``.<name>.*.tmp`` file behind). An existing file's permissions are
+    kept; a new file gets 0o644."""
+    path = os.fspath(path)
     folder, name = os.path.split(os.path.abspath(path))
     try:
         mode = stat.S_IMODE(os.stat(path).st_mode)

@@ -34,10 +34,11 @@ probe the ladder upwards from the plain step, each size 4 times the last (a prob
 timing kernels, see ``backends.few_row_linear``, is not recorded and runs again), and stop at the first
 size that costs more than ``max_gain`` plain steps: no tree is expected to commit that many
 tokens, so nothing larger can pay (on a GPU, where a big tree costs about what a plain step does,
-the probes climb the whole ladder). After that every ``explore_every``-th call runs a neighbour of
-the last size picked (alternately smaller and larger) and every ``sweep_every``-th call the next
-size of a sweep over the sizes worth trying, so that costs stay current while the choice follows
-the drafter's confidence step by step.
+the probes climb the whole ladder; a process started from an earlier one's times, ``restore``,
+skips them). After that every ``explore_every``-th call runs a neighbour of the last size picked
+(alternately smaller and larger) and every ``sweep_every``-th call the next size of a sweep over
+the sizes worth trying, so that costs stay current while the choice follows the drafter's
+confidence step by step.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import math
 import statistics
 import threading
 from collections import deque
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -197,6 +199,40 @@ class StepCost:
             times.append(seconds)
             self._total += seconds
 
+    def snapshot(self) -> dict[int, list[float]] | None:
+        """Each measured size's step times (seconds at the reference speed, oldest first) once the
+        start-up probes are done, else None: what ``restore`` starts a later process from."""
+        with self._lock:
+            if self._probing is not None:
+                return None
+            return {size: list(times) for size, times in zip(self.sizes, self._times) if times}
+
+    def restore(self, times: Mapping[int, Sequence[float]]) -> bool:
+        """Start from the step times an earlier process measured on this machine (``snapshot``):
+        no start-up probes (at a real model's size they cost several plain steps a process). The
+        speed index reads this process's steps against those times from its first step, so a machine
+        now faster or slower scales them as it does a drift. Only before the first step: False after
+        it (nothing changes). A size off the ladder, a time that is not positive, or no plain-step
+        time: ValueError."""
+        checked = {}
+        for size, values in times.items():
+            if size not in self.sizes:
+                raise ValueError(f"step times of {size} nodes: not a size of this ladder ({self.sizes})")
+            values = [float(v) for v in values]
+            if not values or not all(math.isfinite(v) and v > 0 for v in values):
+                raise ValueError(f"step times of {size} nodes must be positive seconds, got {values}")
+            checked[self.sizes.index(size)] = values[-self.window :]
+        if 0 not in checked:
+            raise ValueError("the step times hold no plain step (size 1), which every other size is read against")
+        with self._lock:
+            if self._calls or self._total:
+                return False
+            for index, values in checked.items():
+                self._times[index].extend(values)
+            self._probing = None
+            self._fresh = DENSE_REFRESH
+        return True
+
     @property
     def speed(self) -> float:
         """The speed index: a step now takes this many times what it took at the reference speed."""
@@ -274,6 +310,8 @@ class StepCost:
             if more:
                 return self.sizes[probing]
         forced = None
+        if not call:  # the first call of a model restored from earlier times (``restore``): the drafter's choice
+            return None
         if self.sweep_every and call % self.sweep_every == 0:
             forced = self.sizes[(call // self.sweep_every) % (self.worth_trying() + 1)]
         elif self.explore_every and call % self.explore_every == 0:
