@@ -100,8 +100,6 @@ def cached_step_costs(model, memory_path: Path, config):
     from .entry import step_cost
     from .memory_cache import load_step_costs, machine_fingerprint, step_costs_path
 
-    if not config.adaptive_budget:
-        return None
     cost, path, machine = (
         step_cost(model, config.node_budget + 1),
         step_costs_path(memory_path),

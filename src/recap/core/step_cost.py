@@ -309,9 +309,9 @@ class StepCost:
                 self._last_probe, self._probe_repeats = probing, 0
             if more:
                 return self.sizes[probing]
-        forced = None
         if not call:  # the first call of a model restored from earlier times (``restore``): the drafter's choice
             return None
+        forced = None
         if self.sweep_every and call % self.sweep_every == 0:
             forced = self.sizes[(call // self.sweep_every) % (self.worth_trying() + 1)]
         elif self.explore_every and call % self.explore_every == 0:
