@@ -104,17 +104,19 @@ def test_a_gpu_like_cost_curve_gets_the_largest_trees() -> None:
 
 
 def test_the_measured_cpu_curve_gets_its_fastest_size() -> None:
-    rng = np.random.default_rng(1)
-    cost = StepCost(64)
+    """On a noisy machine (10% spread, and 1 step in 10 stalled 20x) over 20 runs: the size chosen most is near the
+    best in most runs, and the tokens per second achieved, exploration and sweeps included, are within 7% of always
+    the best size's in nearly all (over 300 runs: 70% and 91%)."""
     best = best_size(cpu_curve, 64)
-    chosen = run(cost, cpu_curve, 600, rng, noise=0.1)
-    settled = chosen[100:]
     expected = expected_tokens(64)
     rate = {s: expected[s - 1] / cpu_curve(s) for s in range(1, 65)}
     near_best = {s for s in rate if rate[s] >= 0.97 * rate[best]}
-    assert max(set(settled), key=settled.count) in near_best
-    # tokens per second achieved, exploration and sweeps included, against always the best size
-    assert np.mean([rate[s] for s in settled]) > 0.93 * rate[best]
+    mode_near, fast = 0, 0
+    for seed in range(20):
+        settled = run(StepCost(64), cpu_curve, 600, np.random.default_rng(seed), noise=0.1)[100:]
+        mode_near += max(set(settled), key=settled.count) in near_best
+        fast += np.mean([rate[s] for s in settled]) > 0.93 * rate[best]
+    assert mode_near >= 10 and fast >= 16
 
 
 def test_a_start_up_probe_whose_step_was_not_recorded_runs_again() -> None:
@@ -165,9 +167,31 @@ def test_a_size_timed_for_the_first_time_counts_at_once() -> None:
         cost.record(4, 0.001)
     strong = np.cumsum(np.concatenate([[1.0], 0.3 * np.ones(7)]))  # 0.3 tokens more for every node
     assert cost.dense()[8] == pytest.approx(0.001) and step_cost.best_size(strong, cost.dense()) == 8
-    cost.record(8, 0.005)  # five plain steps: no tree of 8 nodes pays
-    assert cost.dense()[8] == pytest.approx(0.005)
+    cost.record(8, 0.0025)  # 2.5 plain steps: no tree of 8 nodes pays
+    assert cost.dense()[8] == pytest.approx(0.0025)
     assert step_cost.best_size(strong, cost.dense()) == 4
+
+
+def test_one_time_far_above_the_line_of_the_sizes_below_waits_for_a_second() -> None:
+    """A size timed once, more than ``OFF_LINE`` times the line through the two measured sizes below it, is a
+    stall until a second time says otherwise: read off its neighbours, it does not make every size between it and
+    the next one measured look dear. Its second time settles it either way (of two times the lower counts)."""
+    cost = StepCost(64, explore_every=0, sweep_every=0)
+    for size, seconds in ((1, 0.003), (4, 0.004), (16, 0.006), (64, 0.011)):
+        cost.record(size, seconds)
+    on_line = dict(zip(cost.sizes, cost.costs()))
+    cost.record(32, 0.120)  # a stall: 15x the line of 4 and 16 at 32 nodes (0.008)
+    assert dict(zip(cost.sizes, cost.costs())) == on_line  # read off 16 and 64, as before it was timed
+    cost.record(32, 0.0075)
+    assert cost.costs()[cost.sizes.index(32)] == pytest.approx(0.0075)
+    truly_dear = StepCost(64, explore_every=0, sweep_every=0)
+    for size, seconds in ((1, 0.003), (4, 0.004), (16, 0.006), (32, 0.030), (32, 0.031)):
+        truly_dear.record(size, seconds)
+    assert truly_dear.costs()[truly_dear.sizes.index(32)] == pytest.approx(0.030)  # twice: a price
+    near = StepCost(64, explore_every=0, sweep_every=0)
+    for size, seconds in ((1, 0.003), (4, 0.004), (16, 0.006), (64, 0.022)):  # 1.9x the line (0.0116): a price
+        near.record(size, seconds)
+    assert near.costs()[near.sizes.index(64)] == pytest.approx(0.022)
 
 
 def test_a_stalled_probe_of_the_largest_tree_is_measured_again() -> None:
