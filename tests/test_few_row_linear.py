@@ -57,6 +57,33 @@ def test_each_shape_takes_both_kernels_in_turn_then_runs_the_one_it_chose() -> N
     assert few_row_linear.choices() == {}
 
 
+def test_choices_taken_from_an_earlier_process_run_at_once_without_timing() -> None:
+    """``restore`` takes choices made before (``choices()``, as ``recap generate`` keeps them beside its step
+    times): a restored shape's first forward runs its kernel and times nothing, so its step time is a price at
+    once; a shape decided here keeps its own choice; a malformed entry is refused and nothing is taken."""
+    few_row_linear.install()
+    few_row_linear.forget()
+    layer = _layers()[0]
+    threads = torch.get_num_threads()
+    saved = {(160, 96, True, 4, threads): "rows-first", (160, 96, True, 5, threads): "linear"}
+    for bad in ({(160, 96, True, 4, threads): "fast"}, {(160, 96, True, 1, threads): "linear"},
+                {(160, 96, "yes", 4, threads): "linear"}, {(160, 0, True, 4, threads): "linear"}):  # fmt: skip
+        with pytest.raises(ValueError, match="none this table holds"):
+            few_row_linear.restore({**saved, **bad})
+        assert few_row_linear.choices() == {}
+    assert few_row_linear.restore(saved) == 2
+    assert few_row_linear.choices() == saved
+    for rows, kernel in ((4, "rows-first"), (5, "linear")):
+        x = torch.randn(1, rows, 96)
+        with torch.inference_mode(), few_row_linear.fastest() as scope:
+            out = layer(x)
+        assert scope.calls == 1 and scope.timed == 0 and not scope.timing
+        assert torch.equal(out, _kernel_output(layer, x, kernel))
+    assert few_row_linear.restore({(160, 96, True, 4, threads): "linear"}) == 0  # decided here: kept
+    assert few_row_linear.choices()[(160, 96, True, 4, threads)] == "rows-first"
+    few_row_linear.forget()
+
+
 @pytest.mark.parametrize("slow", ["linear", "rows-first"])
 def test_the_faster_kernel_in_the_forward_is_kept(monkeypatch: pytest.MonkeyPatch, slow: str) -> None:
     few_row_linear.install()

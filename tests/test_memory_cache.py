@@ -184,9 +184,10 @@ def test_concurrent_saves_leave_a_valid_file(cache: Path) -> None:
 def test_second_generate_starts_from_this_machines_step_costs(
     models: dict[str, Path], cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Beside the memory file, the step-cost model's times: a second run starts from them (no start-up
-    probes) with the same tokens; a damaged file is moved aside with one warning, another machine's is
-    not used (and is replaced by this machine's)."""
+    """Beside the memory file, the step-cost model's times and the linear kernels chosen: a second run starts
+    from them (no start-up probes, no forward timing kernels) with the same tokens; a damaged file is moved aside
+    with one warning, another machine's is not used (and is replaced by this machine's)."""
+    from recap.backends import few_row_linear
     from recap.core.step_cost import StepCost
     from recap.memory_cache import STEP_COSTS_FORMAT, step_costs_path
 
@@ -203,9 +204,13 @@ def test_second_generate_starts_from_this_machines_step_costs(
     saved = json.loads(path.read_text())
     assert saved["format"] == STEP_COSTS_FORMAT and "1" in saved["times"] and saved["machine"]["threads"] >= 1
     assert restored == [] and first["stats"]["tree_sizes"][:2] == [1, 4]  # the first run probed: 1, 4, ...
+    kernels = {tuple(entry[:5]): entry[5] for entry in saved["linear_kernels"]}
+    assert kernels and kernels == few_row_linear.choices()
+    few_row_linear.forget()  # as in a new process
     second, stderr = generate(models["llava_next"], "--max-new-tokens", "40")
     assert restored == [True] and "warning" not in stderr
     assert second["token_ids"] == first["token_ids"]
+    assert kernels.items() <= few_row_linear.choices().items()  # taken, not timed again
     # another machine's times: not used, and this machine's saved over them
     saved["machine"]["processor"] = "another CPU"
     path.write_text(json.dumps(saved))
@@ -214,7 +219,11 @@ def test_second_generate_starts_from_this_machines_step_costs(
     saved = json.loads(path.read_text())
     assert saved["machine"]["processor"] != "another CPU"
     # a damaged file: moved aside, one warning, the same tokens
-    for damage in (b"{not json", json.dumps({**saved, "times": {"1": [-1.0]}}).encode()):
+    for damage in (
+        b"{not json",
+        json.dumps({**saved, "times": {"1": [-1.0]}}).encode(),
+        json.dumps({**saved, "linear_kernels": [[16, 16, True, 4, 1, "fastest"]]}).encode(),
+    ):
         path.write_bytes(damage)
         out, stderr = generate(models["llava_next"], "--max-new-tokens", "40")
         warnings = [line for line in stderr.splitlines() if line.startswith("warning:")]

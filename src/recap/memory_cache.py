@@ -19,7 +19,9 @@ memories, complete (the last writer wins).
 Beside it, ``<name>.step-costs.json`` keeps the step-cost model's times (``step_costs_path``,
 ``load_step_costs``, ``save_step_costs``): they belong to this machine (``machine_fingerprint``), and a
 process that starts from them skips the start-up probes of the tree sizes, several plain steps at a real
-model's size. Another machine's (or torch build's, device's, dtype's, thread count's) times are not used.
+model's size. The file also keeps the linear kernel chosen per layer shape and row count on a CPU
+(``backends.few_row_linear``), so that the first forward of each tree size does not time both kernels again.
+Another machine's (or torch build's, device's, dtype's, thread count's) times are not used.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import Any, NamedTuple
 import torch
 
 from . import zoo
+from .backends import few_row_linear
 from .config import RecapConfig
 from .core.memory import TokenMemory, load_memory
 from .core.persist import cache_dir, tokenizer_fingerprint, write_atomic
@@ -238,6 +241,8 @@ def save_step_costs(cost: StepCost, path: Path, machine: dict[str, Any]) -> bool
         "machine": machine,
         "max_nodes": cost.sizes[-1],
         "times": {str(size): values for size, values in times.items()},  # seconds at the reference speed
+        # [out, in, bias, rows, threads, kernel] of each linear shape decided on this machine's CPU
+        "linear_kernels": [[*key, kernel] for key, kernel in few_row_linear.choices().items()],
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "recap_version": __version__,
     }
@@ -249,7 +254,8 @@ def load_step_costs(
     cost: StepCost, path: Path, machine: dict[str, Any], warn: Callable[[str], None] | None = None
 ) -> bool:
     """Start ``cost`` (before its first step) from the times saved at ``path`` if they were measured
-    on this ``machine`` for the same tree sizes; True if it did. No file, or another machine's times:
+    on this ``machine`` for the same tree sizes, and take the linear kernel choices saved with them
+    (``few_row_linear.restore``); True if it did. No file, or another machine's times:
     False, nothing said. A damaged file is renamed to ``<file>.bad`` with one line to ``warn`` (default:
     ``warnings.warn``): never a failure."""
     state = _file_state(path)
@@ -264,8 +270,12 @@ def load_step_costs(
         times = data.get("times")
         if not isinstance(times, dict) or not all(isinstance(v, list) for v in times.values()):
             raise ValueError("'times' must map sizes to lists of seconds")
+        kernels = data.get("linear_kernels", [])  # absent from the files of recap before it
+        if not isinstance(kernels, list) or not all(isinstance(k, list) and len(k) == 6 for k in kernels):
+            raise ValueError("'linear_kernels' must be a list of [out, in, bias, rows, threads, kernel]")
         if data.get("machine") != machine or data.get("max_nodes") != cost.sizes[-1]:
             return False  # another machine's times (or another ladder): this process probes, and saves its own
+        few_row_linear.restore({tuple(k[:5]): k[5] for k in kernels})
         return cost.restore({int(size): values for size, values in times.items()})
     except (OSError, ValueError, TypeError) as exc:  # a JSON error is a ValueError
         problem = f"step-cost file {path} is not valid ({exc})"

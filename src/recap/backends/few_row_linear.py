@@ -16,7 +16,9 @@ in a forward), and once each has ``TRIALS`` timed calls after an untimed first o
 minimum wins (``choices()`` shows the table, ``forget()`` clears it). After ``REVISIT`` more calls
 of the shape the two are timed again, so a choice made while something else slowed the machine
 does not last for the rest of the process (re-timing costs a few calls of the slower kernel in
-4096). The layers of a model share a few shapes, so timing takes one or two tree forwards per size.
+4096). The layers of a model share a few shapes, so timing takes one or two tree forwards per size
+(``restore`` takes the choices of an earlier process instead: ``recap generate`` keeps them beside its
+step times).
 Only ``torch.nn.Linear`` modules (not subclasses with a forward of their own, e.g. quantized
 layers) whose weight and bias are plain parameters (not parametrized, not buffers), on float32 CPU
 tensors, take part; everything else, and every forward outside
@@ -32,7 +34,7 @@ import contextlib
 import contextvars
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -166,6 +168,32 @@ def choices() -> dict[tuple[int, int, bool, int, int], str]:
         (*shape, bias, rows, threads): "rows-first" if value else "linear"
         for (shape, bias, rows, threads), value in decided
     }
+
+
+def restore(decided: Mapping[tuple[int, int, bool, int, int], str]) -> int:
+    """Take kernel choices made before (``choices()``, e.g. by an earlier process on this machine) for
+    the shapes not decided here yet, so that their first forwards run the chosen kernel instead of timing
+    both: each new row count's first forward otherwise runs half its layers on the slower kernel (a
+    32-token request at a 0.5B shape on two cores, four tree sizes, took 0.3 s less of 5-6 s on average
+    over 6 pairs). Returns how many were taken. An entry that is no shape of this table (sizes, rows
+    within 2 to ``MAX_ROWS``, threads at least 1, kernel "rows-first" or "linear"): ValueError, and
+    nothing is taken."""
+    entries = {}
+    for key, kernel in decided.items():
+        out, width, bias, rows, threads = key
+        if (
+            kernel not in ("rows-first", "linear")
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in (out, width, rows, threads))
+            or not isinstance(bias, bool)
+            or min(out, width, threads) < 1
+            or not 2 <= rows <= MAX_ROWS
+        ):
+            raise ValueError(f"kernel choice {key} -> {kernel!r} is none this table holds")
+        entries[(torch.Size((out, width)), bias, rows, threads)] = kernel == "rows-first"
+    with _LOCK:
+        new = {key: rows_first for key, rows_first in entries.items() if key not in _ROWS_FIRST and key not in _TIMES}
+        _ROWS_FIRST.update(new)
+    return len(new)
 
 
 def forget() -> None:
