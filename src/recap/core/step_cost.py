@@ -83,8 +83,9 @@ def typical(times) -> float:
     return min(times) if len(times) == 2 else statistics.median(times)
 
 
-def _line(points: Sequence[tuple[int, float]], size: int) -> float:
-    """The seconds at ``size`` on the line through two (size, seconds) ``points``, never falling."""
+def _line(points: Sequence[tuple[float, float]], size):
+    """The seconds at ``size`` (a number or an array) on the line through two (size, seconds) ``points``,
+    never falling."""
     (low, low_time), (high, high_time) = points
     return high_time + max(0.0, (high_time - low_time) / (high - low)) * (size - high)
 
@@ -298,9 +299,8 @@ class StepCost:
         sizes = np.asarray(self.sizes, dtype=np.float64)
         costs = np.interp(sizes, xs, envelope)
         if len(xs) > 1:
-            slope = max(0.0, (envelope[-1] - envelope[-2]) / (xs[-1] - xs[-2]))
             beyond = sizes > xs[-1]
-            costs[beyond] = envelope[-1] + slope * (sizes[beyond] - xs[-1])
+            costs[beyond] = _line(list(zip(xs[-2:], envelope[-2:])), sizes[beyond])
         return costs
 
     def plan(self) -> int | None:
