@@ -125,6 +125,8 @@ def test_a_start_up_probe_whose_step_was_not_recorded_runs_again() -> None:
     cost = StepCost(64)
     assert cost.plan() == 1
     cost.record(1, 0.003)
+    assert cost.plan() == 2
+    cost.record(2, 0.003)
     assert cost.plan() == 4
     for _ in range(step_cost.PROBE_REPEATS):  # not recorded: 4 again
         assert cost.plan() == 4
@@ -132,7 +134,30 @@ def test_a_start_up_probe_whose_step_was_not_recorded_runs_again() -> None:
     cost.record(16, 0.004)  # recorded at once: on
     assert cost.plan() == 64
     cost.record(64, 0.006)
-    assert cost.measured().keys() == {1, 16, 64}
+    assert cost.measured().keys() == {1, 2, 16, 64}
+
+
+def test_two_nodes_cheaper_than_a_plain_step_are_found_by_the_start_up_probes() -> None:
+    """One row and two run different kernels (a matrix-vector product and a matrix product): on two cores with MKL
+    at a 1.5B shape a 2-node step cost 0.21 s against 0.31 s for a plain one. The probes time 2 nodes after the
+    plain step, so even a drafter that expects little of its one draft verifies 2 nodes from the first step after
+    them. Probing 1, 4, 16, 64 alone read 2 off 1 and 4 (0.33 s), and the rule took plain steps."""
+    curve = {1: 0.31, 2: 0.21, 3: 0.36, 4: 0.38, 8: 0.45, 16: 0.53, 64: 1.45}
+    weak = np.cumsum(np.concatenate([[1.0], 0.05 * 0.5 ** np.arange(63)]))  # 0.05 tokens for the first draft
+
+    def seconds(size: int) -> float:
+        return float(np.interp(size, sorted(curve), [curve[s] for s in sorted(curve)]))
+
+    cost = StepCost(64, explore_every=0, sweep_every=0)
+    tried = []
+    for _ in range(30):
+        tried.append(cost.choose(weak))
+        cost.record(tried[-1], seconds(tried[-1]))
+    assert tried[:5] == [1, 2, 4, 16, 64]  # 64 nodes: 4.7 plain steps, 1.3x the line of 4 and 16 (FORETOLD)
+    assert tried[5:] == [2] * 25
+    no_two = StepCost(64, explore_every=0, sweep_every=0)
+    assert no_two.restore({size: [seconds(size)] * 2 for size in (1, 4, 16, 64)})
+    assert no_two.choose(weak) == 1
 
 
 def test_a_size_costs_what_the_cheapest_size_at_least_as_big_costs() -> None:
@@ -205,9 +230,25 @@ def test_a_stalled_probe_of_the_largest_tree_is_measured_again() -> None:
     for _ in range(12):
         size = cost.choose(expected)
         tried.append(size)
-        cost.record(size, 0.4 if len(tried) == 4 else 0.02)  # the fourth step, the 64-node probe, stalls
-    assert tried[:5] == [1, 4, 16, 64, 64]
-    assert tried[5:] == [64] * 7
+        cost.record(size, 0.4 if len(tried) == 5 else 0.02)  # the fifth step, the 64-node probe, stalls
+    assert tried[:6] == [1, 2, 4, 16, 64, 64]
+    assert tried[6:] == [64] * 6
+
+
+def test_a_dear_probe_of_the_largest_tree_is_timed_again_only_if_far_above_the_line() -> None:
+    """The largest size's start-up probe costs more than ``max_gain`` plain steps. Near the line of the two sizes
+    below it (at most ``FORETOLD`` times), that is its price and the probes end: no later probe depends on it, and
+    timing it again costs one more forward of the largest tree. Far above the line (a stall?) it is timed again."""
+    for largest, again in ((0.025, False), (0.040, True)):  # line of 4 and 16 at 64: 0.0195 (1.3x and 2.1x)
+        curve = {1: 0.005, 2: 0.006, 4: 0.0075, 16: 0.0105, 64: largest}
+        cost = StepCost(64, explore_every=0, sweep_every=0)
+        tried = []
+        for _ in range(6):
+            tried.append(cost.plan() or 0)
+            if tried[-1]:
+                cost.record(tried[-1], curve[tried[-1]])
+        assert tried == [1, 2, 4, 16, 64, 64 if again else 0]
+        assert cost.measured()[64] == largest
 
 
 def test_a_probe_that_stalls_twice_is_no_price() -> None:
@@ -221,7 +262,7 @@ def test_a_probe_that_stalls_twice_is_no_price() -> None:
         tried.append(size)
         stalled = size == 4 and tried.count(4) <= 2
         cost.record(size, cpu_curve(size) * (20 if stalled else 1) / 1000)
-    assert tried[:4] == [1, 4, 4, 4]  # a probe that left no time runs again: stalled, stalled, then timed
+    assert tried[:5] == [1, 2, 4, 4, 4]  # a probe that left no time runs again: stalled, stalled, then timed
     assert cost.measured()[4] == pytest.approx(cpu_curve(4) / 1000)
     assert cost.worth_trying() == len(cost.sizes) - 1
     expected = expected_tokens(64)
@@ -241,7 +282,7 @@ def test_start_up_probes_stop_where_no_tree_can_pay() -> None:
         size = cost.plan() or 1
         tried.append(size)
         cost.record(size, float(np.interp(size, sorted(curve), [curve[s] for s in sorted(curve)])))
-    assert tried[:5] == [1, 4, 16, 64, 64]  # each probe 4x the last; 64 > 4 x 0.111: probed twice, then no more
+    assert tried[:6] == [1, 2, 4, 16, 64, 64]  # then each probe 4x the last; 64 > 4 x 0.111: probed twice, no more
     assert max(tried) == 64 and tried.count(64) <= 2 + 200 // 64  # and now and then in a sweep
 
 

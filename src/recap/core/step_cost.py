@@ -31,9 +31,9 @@ and ``costs`` are in seconds at the speed of the first steps timed.
 
 Exploration has a bounded price: the forced sizes take at most ``explore_share`` of the time
 beyond what the size last picked would have taken (by their median step times). The first calls
-probe the ladder upwards from the plain step, each size 4 times the last (a probe whose forward was still
-timing kernels, see ``backends.few_row_linear``, is not recorded and runs again), and stop at the first
-size that costs more than ``max_gain`` plain steps: no tree is expected to commit that many
+probe the ladder upwards from the plain step: 2 nodes, 4, then each size 4 times the last (a probe whose
+forward was still timing kernels, see ``backends.few_row_linear``, is not recorded and runs again), and stop
+at the first size that costs more than ``max_gain`` plain steps: no tree is expected to commit that many
 tokens, so nothing larger can pay (on a GPU, where a big tree costs about what a plain step does,
 the probes climb the whole ladder; a process started from an earlier one's times, ``restore``,
 skips them). After that every ``explore_every``-th call runs a neighbour of the last size picked
@@ -75,6 +75,13 @@ STALL_FACTOR = 1.5
 # runs under 93% from 11 to 2). No price measured on two cores is that far off: 64 nodes at a 1.5B shape 1.25x the
 # line of 4 and 16, at the tiny models 0.8x; 16 nodes at a 0.5B shape, where 4 ran faster than 1, 1.9x
 OFF_LINE = 3.0
+# a start-up probe of the largest size that costs more than ``max_gain`` plain steps is timed again only where its
+# time is more than this many times the line of the two measured sizes below it (perhaps a stall: on a flat GPU curve
+# the largest tree is cheap). Else its price is what the smaller sizes foretold and no probe after it depends on it;
+# timing it again cost a forward of the largest tree to confirm what the rule avoids anyway (at a 1.5B shape on two
+# cores, 64 nodes: 4.6 plain steps, 1.25x the line of 4 and 16; first-ever 32-token calls in one process, 8 rounds,
+# 12.8 s against 14.0 s, generate 12.6 s)
+FORETOLD = 1.5
 
 
 def typical(times) -> float:
@@ -139,13 +146,21 @@ class StepCost:
         self.threads = ThreadChoice()  # the torch thread count of CPU steps, where the loop lets it choose
 
     def _next_probe(self, index: int) -> int:
-        """The probe after ladder size ``index``: the first size at least 4 times as big (the
-        largest if none is), so the start-up costs a few steps. After the largest, the index past
-        the ladder: nothing more is probed, but the call after it can still measure the largest
-        again if it looked too dear once."""
+        """The probe after ladder size ``index``: after the plain step 2 nodes, after 2 the first size at least 4
+        times the plain step, after that the first at least 4 times as big (the largest if none is), so the
+        start-up costs a few steps. After the largest, the index past the ladder: nothing more is probed, but the
+        call after it can still measure the largest again if it looked too dear once.
+
+        Two nodes are probed because one row and two run different kernels on a CPU: a matrix-vector product
+        and a matrix product, which the BLAS may run on more threads. On two cores with MKL at a 1.5B shape a
+        2-node step took 0.21-0.33 s against 0.30-0.44 s for a plain one; until 2 is timed its cost is read off
+        1 and 4, and the rule takes plain steps where 2 nodes, filled with any draft, cost less (the cheapest
+        size at least as big, see ``costs``)."""
         if index >= len(self.sizes) - 1:
             return len(self.sizes)
-        bigger = [i for i in range(index + 1, len(self.sizes)) if self.sizes[i] >= 4 * self.sizes[index]]
+        size = self.sizes[index]
+        least = 2 if size == 1 else 4 if size == 2 else 4 * size
+        bigger = [i for i in range(index + 1, len(self.sizes)) if self.sizes[i] >= least]
         return bigger[0] if bigger else len(self.sizes) - 1
 
     def worth_trying(self) -> int:
@@ -272,6 +287,16 @@ class StepCost:
         with self._lock:
             return bool(self._times[0]) and self._dear_times(self._times[index], typical(self._times[0]), once)
 
+    def _foretold(self, index: int) -> bool:
+        """Whether ladder size ``index`` is the largest, timed once, at most ``FORETOLD`` times the line of the two
+        measured sizes below it: a dear start-up probe that need not be timed again."""
+        if index != len(self.sizes) - 1:
+            return False
+        with self._lock:
+            below = [(self.sizes[i], typical(t)) for i, t in enumerate(self._times[:index]) if t][-2:]
+            times = list(self._times[index])
+        return len(times) == 1 and len(below) == 2 and times[0] <= FORETOLD * _line(below, self.sizes[index])
+
     def _dear_times(self, times, plain: float, once: bool = False) -> bool:
         """``_dear`` of one size's ``times`` against a plain step's typical ``plain`` seconds (lock held)."""
         if len(times) != 1 if once else len(times) < 2:
@@ -306,7 +331,7 @@ class StepCost:
     def plan(self) -> int | None:
         """The size the next step must verify, or None when the drafter should pick the best
         one (``dense`` costs, ``best_size``). Forced sizes: the first calls probe the ladder
-        upwards from the plain step, each size 4 times the last (1, 4, 16, 64, ...), up to the
+        upwards from the plain step (1, 2, 4, 16, 64, ...: ``_next_probe``), up to the
         first that costs more than ``max_gain`` plain steps; then every ``sweep_every``-th call takes the next size of a
         sweep over the sizes worth trying and every ``explore_every``-th call a neighbour of the
         last size picked."""
@@ -317,7 +342,7 @@ class StepCost:
             probing = self._probing
         if probing is not None:  # the start-up probes, upwards, while the sizes are worth trying
             previous = self._last_probe
-            if previous and self._dear(previous, once=True):
+            if previous and self._dear(previous, once=True) and not self._foretold(previous):
                 return self.sizes[previous]  # the last probe looked too dear once: measure it again
             if previous is not None and self._probe_repeats < PROBE_REPEATS and not self._measured(previous):
                 with self._lock:  # the last probe's step was not recorded (still timing kernels): run it again
