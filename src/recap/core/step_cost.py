@@ -149,13 +149,14 @@ class StepCost:
         """The probe after ladder size ``index``: after the plain step 2 nodes, after 2 the first size at least 4
         times the plain step, after that the first at least 4 times as big (the largest if none is), so the
         start-up costs a few steps. After the largest, the index past the ladder: nothing more is probed, but the
-        call after it can still measure the largest again if it looked too dear once.
+        call after it can still measure the largest again if it looked too dear once, far above its line
+        (``_foretold``).
 
         Two nodes are probed because one row and two run different kernels on a CPU: a matrix-vector product
         and a matrix product, which the BLAS may run on more threads. On two cores with MKL at a 1.5B shape a
         2-node step took 0.21-0.33 s against 0.30-0.44 s for a plain one; until 2 is timed its cost is read off
-        1 and 4, and the rule takes plain steps where 2 nodes, filled with any draft, cost less (the cheapest
-        size at least as big, see ``costs``)."""
+        1 and 4, and the rule takes plain steps where a 2-node tree costs less (the cheapest size at least as big,
+        see ``costs``)."""
         if index >= len(self.sizes) - 1:
             return len(self.sizes)
         size = self.sizes[index]
