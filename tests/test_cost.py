@@ -18,9 +18,14 @@ def gpu_curve(nodes: int) -> float:
     return 20.0 + 0.01 * nodes
 
 
+def on_curve(curve: dict[int, float], nodes: int) -> float:
+    """A step's cost at ``nodes`` on a curve measured at a few sizes (interpolated)."""
+    xs = sorted(curve)
+    return float(np.interp(nodes, xs, [curve[x] for x in xs]))
+
+
 def cpu_curve(nodes: int) -> float:
-    xs = sorted(CPU_CURVE)
-    return float(np.interp(nodes, xs, [CPU_CURVE[x] for x in xs]))
+    return on_curve(CPU_CURVE, nodes)
 
 
 def expected_tokens(n: int) -> np.ndarray:
@@ -145,18 +150,15 @@ def test_two_nodes_cheaper_than_a_plain_step_are_found_by_the_start_up_probes() 
     curve = {1: 0.31, 2: 0.21, 3: 0.36, 4: 0.38, 8: 0.45, 16: 0.53, 64: 1.45}
     weak = np.cumsum(np.concatenate([[1.0], 0.05 * 0.5 ** np.arange(63)]))  # 0.05 tokens for the first draft
 
-    def seconds(size: int) -> float:
-        return float(np.interp(size, sorted(curve), [curve[s] for s in sorted(curve)]))
-
     cost = StepCost(64, explore_every=0, sweep_every=0)
     tried = []
     for _ in range(30):
         tried.append(cost.choose(weak))
-        cost.record(tried[-1], seconds(tried[-1]))
+        cost.record(tried[-1], on_curve(curve, tried[-1]))
     assert tried[:5] == [1, 2, 4, 16, 64]  # 64 nodes: 4.7 plain steps, 1.3x the line of 4 and 16 (FORETOLD)
     assert tried[5:] == [2] * 25
     no_two = StepCost(64, explore_every=0, sweep_every=0)
-    assert no_two.restore({size: [seconds(size)] * 2 for size in (1, 4, 16, 64)})
+    assert no_two.restore({size: [on_curve(curve, size)] * 2 for size in (1, 4, 16, 64)})
     assert no_two.choose(weak) == 1
 
 
@@ -281,7 +283,7 @@ def test_start_up_probes_stop_where_no_tree_can_pay() -> None:
     for _ in range(200):
         size = cost.plan() or 1
         tried.append(size)
-        cost.record(size, float(np.interp(size, sorted(curve), [curve[s] for s in sorted(curve)])))
+        cost.record(size, on_curve(curve, size))
     assert tried[:6] == [1, 2, 4, 16, 64, 64]  # then each probe 4x the last; 64 > 4 x 0.111: probed twice, no more
     assert max(tried) == 64 and tried.count(64) <= 2 + 200 // 64  # and now and then in a sweep
 
@@ -306,9 +308,9 @@ def test_exploration_takes_a_bounded_share_of_the_time() -> None:
     for _ in range(3000):
         size = cost.choose(weak)
         chosen.append(size)
-        cost.record(size, float(np.interp(size, sorted(curve), [curve[s] for s in sorted(curve)])))
+        cost.record(size, on_curve(curve, size))
     after_probes = chosen[10:]
-    seconds = [float(np.interp(s, sorted(curve), [curve[s] for s in sorted(curve)])) for s in after_probes]
+    seconds = [on_curve(curve, s) for s in after_probes]
     overhead = sum(seconds) / (len(after_probes) * curve[1]) - 1
     assert 0 < overhead <= 0.006, overhead
     assert sum(s > 1 for s in after_probes) >= 5  # forced sizes still measured now and then
