@@ -29,18 +29,17 @@ it; a change of speed moves it within a few steps, before the sizes' medians fol
 every time recorded. Sizes measured minutes apart then compare as if timed together; ``measured``
 and ``costs`` are in seconds at the speed of the first steps timed.
 
-Exploration has a bounded price: the forced sizes take at most ``explore_share`` of the time
-beyond what the size last picked would have taken (by their median step times). The first calls
-probe the ladder upwards from the plain step: 2 nodes, 4, then each size 4 times the last (a probe whose
-forward was still timing kernels, see ``backends.few_row_linear``, is not recorded and runs again), and stop
-at the first size that costs more than ``max_gain`` plain steps: no tree is expected to commit that many
-tokens, so nothing larger can pay (on a GPU, where a big tree costs about what a plain step does,
-the probes climb the whole ladder; a process started from an earlier one's times, ``restore``,
-skips them). After that every ``explore_every``-th call runs a neighbour of the last size picked
-(alternately smaller and larger) and every ``sweep_every``-th call the next size of a sweep over
-the sizes worth trying, so that costs stay current while the choice follows the drafter's
-confidence step by step.
-"""
+Exploration has a bounded price: the forced sizes take at most ``explore_share`` of the time beyond what the size
+last picked would have taken (by their median step times). The first calls probe the ladder upwards from the plain
+step: 2 nodes, 4, then each size 4 times the last (a probe whose forward was still timing kernels, see
+``backends.few_row_linear``, is not recorded and runs again), and stop at the first size that costs more than
+``max_gain`` plain steps: no tree is expected to commit that many tokens, so nothing larger can pay; a size that the
+line of the sizes below foretells to cost more than ``max_gain`` times the cheapest one is passed over until the
+drafter expects a tree to commit enough (on a GPU, where a big tree costs about what a plain step does, the probes
+climb the whole ladder; a process started from an earlier one's times, ``restore``, skips them). After that every
+``explore_every``-th call runs a neighbour of the last size picked (alternately smaller and larger) and every
+``sweep_every``-th call the next size of a sweep over the sizes worth trying, so that costs stay current while the
+choice follows the drafter's confidence step by step."""
 
 from __future__ import annotations
 
@@ -82,6 +81,10 @@ OFF_LINE = 3.0
 # cores, 64 nodes: 4.6 plain steps, 1.25x the line of 4 and 16; first-ever 32-token calls in one process, 8 rounds,
 # 12.8 s against 14.0 s, generate 12.6 s)
 FORETOLD = 1.5
+# the smallest size whose step time foretells bigger sizes' (``_tokens_to_reach``): 1 to 3 rows run other kernels (a
+# matrix-vector product; 2 rows at a 1.5B shape on two cores cost 0.68 plain steps, 4 rows 1.24), and a line through
+# them foretold 1.4 s for 16 nodes, which took 0.53
+FORETELLING = 4
 
 
 def typical(times) -> float:
@@ -143,6 +146,8 @@ class StepCost:
         self._probing: int | None = 0  # the next start-up probe's ladder index (None once they are done)
         self._last_probe: int | None = None
         self._probe_repeats = 0  # times the last probe ran again because its step left no time
+        self._passed_over: tuple[int, float] | None = None  # a probe's ladder index and the tokens it needs to pay
+        self._most = 0.0  # the most tokens a step's tree was expected to commit so far (``expect``)
         self.threads = ThreadChoice()  # the torch thread count of CPU steps, where the loop lets it choose
 
     def _next_probe(self, index: int) -> int:
@@ -163,6 +168,12 @@ class StepCost:
         least = 2 if size == 1 else 4 if size == 2 else 4 * size
         bigger = [i for i in range(index + 1, len(self.sizes)) if self.sizes[i] >= least]
         return bigger[0] if bigger else len(self.sizes) - 1
+
+    def expect(self, tokens: float) -> None:
+        """A step's drafter expected its whole tree to commit ``tokens`` tokens: more than ``max_gain`` raises the
+        most a step is taken to commit where the probes foretell a size out of reach (``_tokens_to_reach``)."""
+        with self._lock:
+            self._most = max(self._most, tokens)
 
     def worth_trying(self) -> int:
         """Index of the largest ladder size worth verifying: the sizes up to the first one whose
@@ -298,6 +309,24 @@ class StepCost:
             times = list(self._times[index])
         return len(times) == 1 and len(below) == 2 and times[0] <= FORETOLD * _line(below, self.sizes[index])
 
+    def _tokens_to_reach(self, index: int) -> float:
+        """The tokens a step of ladder size ``index``, not timed yet, must commit to be worth its cost: the cost that
+        the line of the two measured sizes below it foretells (never falling; sizes of ``FORETELLING`` nodes or more),
+        over the cheapest size measured, which commits at least one token. 0 where it is timed or nothing foretells
+        it. The start-up probes pass over a size that needs more than ``max_gain`` tokens (or than the most a tree
+        was expected to commit so far, ``expect``, if more), and probe it once the drafter expects that many: a probe
+        costs a forward of its size, the first one or two of a new size also time kernels. At a 1.5B shape on two
+        cores, 2 nodes at 0.21 s and 4 and 16 at 0.38 and 0.53 foretell 1.13 s for 64 nodes (1.45 measured): 5.4
+        tokens, though less than 4 plain steps (0.31 s each). On a flat (GPU) curve about 1."""
+        with self._lock:
+            if self._times[index]:
+                return 0.0
+            timed = [(self.sizes[i], typical(t)) for i, t in enumerate(self._times[:index]) if t]
+        line = [(size, seconds) for size, seconds in timed if size >= FORETELLING][-2:]
+        if len(line) < 2:
+            return 0.0
+        return _line(line, self.sizes[index]) / min(seconds for _, seconds in timed)
+
     def _dear_times(self, times, plain: float, once: bool = False) -> bool:
         """``_dear`` of one size's ``times`` against a plain step's typical ``plain`` seconds (lock held)."""
         if len(times) != 1 if once else len(times) < 2:
@@ -330,17 +359,25 @@ class StepCost:
         return costs
 
     def plan(self) -> int | None:
-        """The size the next step must verify, or None when the drafter should pick the best
-        one (``dense`` costs, ``best_size``). Forced sizes: the first calls probe the ladder
-        upwards from the plain step (1, 2, 4, 16, 64, ...: ``_next_probe``), up to the
-        first that costs more than ``max_gain`` plain steps; then every ``sweep_every``-th call takes the next size of a
-        sweep over the sizes worth trying and every ``explore_every``-th call a neighbour of the
-        last size picked."""
+        """The size the next step must verify, or None when the drafter should pick the best one (``dense`` costs,
+        ``best_size``). Forced sizes: the first calls probe the ladder upwards from the plain step (1, 2, 4, 16,
+        64, ...: ``_next_probe``), up to the first that costs more than ``max_gain`` plain steps, passing over
+        one foretold to need more tokens than a step commits until the drafter expects that many
+        (``_tokens_to_reach``); then every ``sweep_every``-th call takes the next size of a sweep over the sizes
+        worth trying and every ``explore_every``-th call a neighbour of the last size picked."""
         with self._lock:
             call = self._calls
             self._calls += 1
             last = self._last_pick
             probing = self._probing
+            passed_over = self._passed_over
+            most = max(self.max_gain, self._most)
+        if passed_over is not None and most >= passed_over[1]:  # the drafter now expects enough: probe it after all
+            index, need = passed_over[0], self._tokens_to_reach(passed_over[0])
+            with self._lock:
+                self._passed_over = (index, need) if need > most else None
+                if need and need <= most:
+                    self._probing = probing = index
         if probing is not None:  # the start-up probes, upwards, while the sizes are worth trying
             previous = self._last_probe
             if previous and self._dear(previous, once=True) and not self._foretold(previous):
@@ -350,9 +387,13 @@ class StepCost:
                     self._probe_repeats += 1
                 return self.sizes[previous]
             more = probing <= self.worth_trying()
+            need = self._tokens_to_reach(probing) if more else 0.0
             with self._lock:
-                self._probing = self._next_probe(probing) if more else None
-                self._last_probe, self._probe_repeats = probing, 0
+                if need > most:  # foretold to need more tokens than a step commits: passed over for now
+                    self._passed_over, self._probing, more = (probing, need), None, False
+                else:
+                    self._probing = self._next_probe(probing) if more else None
+                    self._last_probe, self._probe_repeats = probing, 0
             if more:
                 return self.sizes[probing]
         if not call:  # the first call of a model restored from earlier times (``restore``): the drafter's choice
@@ -405,6 +446,7 @@ class StepCost:
         self, expected: np.ndarray, node_value: float = 0.0, valued_nodes: int = 0, rows_need_drafts: bool = False
     ) -> int:
         """``plan``, else ``best_size`` over ``expected`` (see there), within the tree built."""
+        self.expect(float(expected[-1]))
         forced = self.plan()
         if forced is not None:
             return min(forced, len(expected))

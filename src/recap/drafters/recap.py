@@ -237,8 +237,10 @@ class RecapDrafter:
                 suffix_length=suffix_length, step_costs=step_costs, node_value=self._node_value,
                 valued_nodes=cfg.row_value_nodes, rows_need_drafts=cfg.row_value_needs_drafts,
             )  # fmt: skip
-        if len(step_costs):
-            self.cost.picked(built.keep)
+        if self.cost is not None:
+            self.cost.expect(float(built.probs.sum()))
+            if len(step_costs):
+                self.cost.picked(built.keep)
         if self._calibrated or not len(suffix):
             graft, graft_cells = self._empty, self._empty
         else:
