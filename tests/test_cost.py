@@ -155,7 +155,7 @@ def test_two_nodes_cheaper_than_a_plain_step_are_found_by_the_start_up_probes() 
     for _ in range(30):
         tried.append(cost.choose(weak))
         cost.record(tried[-1], on_curve(curve, tried[-1]))
-    assert tried[:4] == [1, 2, 4, 16]  # 64 nodes foretold out of reach of 2 (``_out_of_reach``): not probed
+    assert tried[:4] == [1, 2, 4, 16]  # 64 nodes need 5.4 tokens (``_tokens_to_reach``): passed over
     assert tried[4:] == [2] * 26
     no_two = StepCost(64, explore_every=0, sweep_every=0)
     assert no_two.restore({size: [on_curve(curve, size)] * 2 for size in (1, 4, 16, 64)})
