@@ -226,14 +226,17 @@ def test_second_generate_starts_from_this_machines_step_costs(
     assert restored == [True] and "warning" not in stderr and third["token_ids"] == first["token_ids"]
     saved = json.loads(path.read_text())
     assert saved["machine"]["processor"] != "another CPU"
-    # a damaged file: moved aside, one warning, the same tokens
+    # a damaged file: moved aside, one warning, the same tokens, and none of it taken (a sound kernel choice beside
+    # bad times, or a bad one among sound ones)
+    sound = [7, 5, False, 3, 1, "linear"]
     for damage in (
         b"{not json",
-        json.dumps({**saved, "times": {"1": [-1.0]}}).encode(),
-        json.dumps({**saved, "linear_kernels": [[16, 16, True, 4, 1, "fastest"]]}).encode(),
+        json.dumps({**saved, "times": {"1": [-1.0]}, "linear_kernels": [sound]}).encode(),
+        json.dumps({**saved, "linear_kernels": [sound, [16, 16, True, 4, 1, "fastest"]]}).encode(),
     ):
         path.write_bytes(damage)
         out, stderr = generate(models["llava_next"], "--max-new-tokens", "40")
+        assert (7, 5, False, 3, 1) not in few_row_linear.choices()
         warnings = [line for line in stderr.splitlines() if line.startswith("warning:")]
         assert len(warnings) == 1 and str(path) in warnings[0] and f"moved it to {path.name}.bad" in warnings[0]
         assert path.with_name(path.name + ".bad").read_bytes() == damage and out["token_ids"] == first["token_ids"]

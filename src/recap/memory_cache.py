@@ -256,8 +256,8 @@ def load_step_costs(
     """Start ``cost`` (before its first step) from the times saved at ``path`` if they were measured
     on this ``machine`` for the same tree sizes, and take the linear kernel choices saved with them
     (``few_row_linear.restore``); True if it did. No file, or another machine's times:
-    False, nothing said. A damaged file is renamed to ``<file>.bad`` with one line to ``warn`` (default:
-    ``warnings.warn``): never a failure."""
+    False, nothing said. A damaged file (any part of it) is renamed to ``<file>.bad`` with one line to ``warn``
+    (default: ``warnings.warn``), and none of it is taken: never a failure."""
     state = _file_state(path)
     if state is None:
         return False
@@ -275,8 +275,11 @@ def load_step_costs(
             raise ValueError("'linear_kernels' must be a list of [out, in, bias, rows, threads, kernel]")
         if data.get("machine") != machine or data.get("max_nodes") != cost.sizes[-1]:
             return False  # another machine's times (or another ladder): this process probes, and saves its own
-        few_row_linear.restore({tuple(k[:5]): k[5] for k in kernels})
-        return cost.restore({int(size): values for size, values in times.items()})
+        choices = {tuple(k[:5]): k[5] for k in kernels}
+        few_row_linear.checked(choices)  # the whole file is checked before any of it is taken
+        restored = cost.restore({int(size): values for size, values in times.items()})
+        few_row_linear.restore(choices)
+        return restored
     except (OSError, ValueError, TypeError) as exc:  # a JSON error is a ValueError
         problem = f"step-cost file {path} is not valid ({exc})"
     _move_aside(path, state, problem, "timed the tree sizes afresh", warn)

@@ -170,14 +170,10 @@ def choices() -> dict[tuple[int, int, bool, int, int], str]:
     }
 
 
-def restore(decided: Mapping[tuple[int, int, bool, int, int], str]) -> int:
-    """Take kernel choices made before (``choices()``, e.g. by an earlier process on this machine) for
-    the shapes not decided here yet, so that their first forwards run the chosen kernel instead of timing
-    both: each new row count's first forward otherwise runs half its layers on the slower kernel (a
-    32-token request at a 0.5B shape on two cores, four tree sizes, took 0.3 s less of 5-6 s on average
-    over 6 pairs). Returns how many were taken. An entry that is no shape of this table (sizes, rows
-    within 2 to ``MAX_ROWS``, threads at least 1, kernel "rows-first" or "linear"): ValueError, and
-    nothing is taken."""
+def checked(decided: Mapping[tuple[int, int, bool, int, int], str]) -> dict[Key, bool]:
+    """Kernel choices as ``restore`` takes them ({(out, in, bias, rows, threads): "rows-first" | "linear"}), as
+    this table's keys -> rows-first. An entry that is no shape of this table (sizes, rows within 2 to
+    ``MAX_ROWS``, threads at least 1, kernel "rows-first" or "linear"): ValueError."""
     entries = {}
     for key, kernel in decided.items():
         out, width, bias, rows, threads = key
@@ -190,6 +186,17 @@ def restore(decided: Mapping[tuple[int, int, bool, int, int], str]) -> int:
         ):
             raise ValueError(f"kernel choice {key} -> {kernel!r} is none this table holds")
         entries[(torch.Size((out, width)), bias, rows, threads)] = kernel == "rows-first"
+    return entries
+
+
+def restore(decided: Mapping[tuple[int, int, bool, int, int], str]) -> int:
+    """Take kernel choices made before (``choices()``, e.g. by an earlier process on this machine) for
+    the shapes not decided here yet, so that their first forwards run the chosen kernel instead of timing
+    both: each new row count's first forward otherwise runs half its layers on the slower kernel (a
+    32-token request at a 0.5B shape on two cores, four tree sizes, took 0.3 s less of 5-6 s on average
+    over 6 pairs). Returns how many were taken. An entry that is no shape of this table (``checked``):
+    ValueError, and nothing is taken."""
+    entries = checked(decided)
     with _LOCK:
         new = {key: rows_first for key, rows_first in entries.items() if key not in _ROWS_FIRST and key not in _TIMES}
         _ROWS_FIRST.update(new)
