@@ -169,6 +169,11 @@ class StepCost:
         bigger = [i for i in range(index + 1, len(self.sizes)) if self.sizes[i] >= least]
         return bigger[0] if bigger else len(self.sizes) - 1
 
+    @property
+    def expecting(self) -> bool:
+        """Whether ``expect`` is still read: while the start-up probes run or one of them is passed over."""
+        return self._probing is not None or self._passed_over is not None
+
     def expect(self, tokens: float) -> None:
         """A step's drafter expected its whole tree to commit ``tokens`` tokens: more than ``max_gain`` raises the
         most a step is taken to commit where the probes foretell a size out of reach (``_tokens_to_reach``)."""
@@ -299,13 +304,17 @@ class StepCost:
         with self._lock:
             return bool(self._times[0]) and self._dear_times(self._times[index], typical(self._times[0]), once)
 
+    def _timed_below(self, index: int) -> list[tuple[int, float]]:
+        """(size, typical seconds) of each measured ladder size below ``index``, smallest first (lock held)."""
+        return [(self.sizes[i], typical(t)) for i, t in enumerate(self._times[:index]) if t]
+
     def _foretold(self, index: int) -> bool:
         """Whether ladder size ``index`` is the largest, timed once, at most ``FORETOLD`` times the line of the two
         measured sizes below it: a dear start-up probe that need not be timed again."""
         if index != len(self.sizes) - 1:
             return False
         with self._lock:
-            below = [(self.sizes[i], typical(t)) for i, t in enumerate(self._times[:index]) if t][-2:]
+            below = self._timed_below(index)[-2:]
             times = list(self._times[index])
         return len(times) == 1 and len(below) == 2 and times[0] <= FORETOLD * _line(below, self.sizes[index])
 
@@ -321,7 +330,7 @@ class StepCost:
         with self._lock:
             if self._times[index]:
                 return 0.0
-            timed = [(self.sizes[i], typical(t)) for i, t in enumerate(self._times[:index]) if t]
+            timed = self._timed_below(index)
         line = [(size, seconds) for size, seconds in timed if size >= FORETELLING][-2:]
         if len(line) < 2:
             return 0.0

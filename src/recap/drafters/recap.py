@@ -238,7 +238,8 @@ class RecapDrafter:
                 valued_nodes=cfg.row_value_nodes, rows_need_drafts=cfg.row_value_needs_drafts,
             )  # fmt: skip
         if self.cost is not None:
-            self.cost.expect(float(built.probs.sum()))
+            if self.cost.expecting:  # only the start-up probes read it: no sum on every later step
+                self.cost.expect(float(built.probs.sum()))
             if len(step_costs):
                 self.cost.picked(built.keep)
         if self._calibrated or not len(suffix):
